@@ -1,0 +1,145 @@
+"""The executors API and the always-present torch executor.
+
+An executor claims the equations it can run and renders each as Python source. A fusion executor
+also gets a pass over the whole trace (`fusion_pass`), where it replaces groups of equations by
+one call of its own. `ir` never imports an executor: executors register themselves by name.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from ir import prims
+from ir.proxies import TensorProxy, same_size
+from ir.trace import Eqn, Trace, render
+
+_REGISTRY: dict[str, "Executor"] = {}
+
+
+@dataclasses.dataclass
+class CompileContext:
+    """What a fusion pass may read and add to while a cache entry is built."""
+
+    values: dict            # id(input Var) -> the runtime value it stands for in this call
+    symbolic: bool          # "symbolic values" mode
+    guards: list            # (op, a, b) guards the prologue will check; passes may append
+
+
+class Executor:
+    """Base class. `name` is how users ask for it; `claims` says which equations it runs."""
+
+    name = "executor"
+
+    def claims(self, eqn: Eqn) -> bool:
+        return False
+
+    def fusion_pass(self, trace: Trace, ctx: CompileContext) -> Trace:
+        return trace
+
+    def render(self, eqn: Eqn):
+        """(right-hand-side source, comment lines) for an equation this executor claimed."""
+        return eqn.prim.render(eqn)
+
+    def namespace(self, eqn: Eqn) -> dict:
+        """Names that the rendered source of `eqn` refers to."""
+        return {}
+
+    def __repr__(self):
+        return f"<executor {self.name}>"
+
+
+def register_executor(ex: Executor) -> Executor:
+    _REGISTRY[ex.name] = ex
+    return ex
+
+
+def get_executor(name: str) -> Executor:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"no executor named {name!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+# ---- the torch executor ------------------------------------------------------------------
+
+def _is_zero(x) -> bool:
+    return isinstance(x, int) and x == 0
+
+
+def _slice_src(eqn):
+    t, starts, stops, steps = eqn.args
+    parts = [":" if _is_zero(a) and same_size(b, s) and c == 1 else
+             f"{render(a)}:{render(b)}" + (f":{c}" if c != 1 else "")
+             for a, b, c, s in zip(starts, stops, steps, t.shape)]
+    return f"{t.name}[{', '.join(parts)}]"
+
+
+def _pad_src(eqn):
+    t, config = eqn.args
+    first = min(i for i, (lo, hi) in enumerate(config) if not (_is_zero(lo) and _is_zero(hi)))
+    widths = [w for lo_hi in reversed(config[first:]) for w in lo_hi]
+    return f"F.pad({t.name}, {render(tuple(widths))}, value={render(eqn.params['value'])})"
+
+
+def _broadcast_src(eqn):
+    t, shape = eqn.args
+    dims = eqn.params["dims"]
+    src = t.name
+    if len(dims) != len(shape):
+        src += "[" + ", ".join(":" if d in dims else "None" for d in range(len(shape))) + "]"
+    keep = {d: s for d, s in zip(dims, t.shape)}
+    sizes = [-1 if d in keep and keep[d] is s else s for d, s in enumerate(shape)]
+    return f"{src}.expand({render(tuple(sizes))})"
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "gt": ">", "lt": "<",
+          "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+_SCALAR_BOUND = {"maximum": "torch.clamp_min", "minimum": "torch.clamp_max"}
+
+
+def _elementwise_src(eqn):
+    name, args = eqn.prim.name, eqn.args
+    if name in _INFIX:
+        return f"{render(args[0])} {_INFIX[name]} {render(args[1])}"
+    if name in _SCALAR_BOUND and not isinstance(args[1], TensorProxy):
+        return f"{_SCALAR_BOUND[name]}({render(args[0])}, {render(args[1])})"
+    return f"torch.{name}({', '.join(render(a) for a in args)})"
+
+
+TORCH_RENDER = {
+    "convert_element_type": lambda e: f"{e.args[0].name}.to({render(e.params['dtype'])})",
+    "broadcast_in_dim": _broadcast_src,
+    "slice": _slice_src,
+    "pad": _pad_src,
+    "cat": lambda e: f"torch.cat({render(e.args[0])}, {e.params['dim']})",
+    "where": lambda e: f"torch.where({', '.join(render(a) for a in e.args)})",
+    "full": lambda e: (f"torch.full({render(e.args[0])}, {render(e.params['value'])}, "
+                       f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
+    "reshape": lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
+    "permute": lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
+    "opaque": prims.opaque.render_rhs,
+}
+
+
+class TorchExecutor(Executor):
+    """Runs every tensor prim and opaque symbol with PyTorch; the fallback of every jit."""
+
+    name = "torch"
+
+    def claims(self, eqn: Eqn) -> bool:
+        return eqn.prim.kind != "host"
+
+    def render(self, eqn: Eqn):
+        rule = TORCH_RENDER.get(eqn.prim.name, _elementwise_src)
+        return rule(eqn), []
+
+    def namespace(self, eqn: Eqn) -> dict:
+        ns = {"torch": torch, "F": F}
+        if eqn.prim is prims.opaque and not eqn.params["fn_name"].startswith("torch"):
+            ns[eqn.params["fn_name"]] = eqn.params["fn"]
+        return ns
+
+
+torch_executor = register_executor(TorchExecutor())

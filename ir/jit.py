@@ -1,0 +1,254 @@
+"""`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
+
+A call computes a hashed key from its arguments (dtypes, ranks, devices; sizes and int values in
+"constant values" mode), runs the prologues of that key's entries until one accepts, and calls that
+entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
+claim the equations, and stores a new entry.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import torch
+
+from ir import passes, prims
+from ir.executors import CompileContext, Executor, get_executor, torch_executor
+from ir.prologue import Prologue, build_prologue
+from ir.proxies import IntProxy, TensorProxy
+from ir.trace import Trace, iter_vars
+from ir.tracing import TraceContext, record, tracing
+
+CACHE_MODES = ("constant values", "symbolic values", "no caching")
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+@dataclasses.dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclasses.dataclass
+class Entry:
+    prologue: Prologue
+    computation: object
+    traces: list
+    extra: dict         # per-executor data (e.g. the kernels a fusion executor built)
+
+
+class UnsupportedArgument(TypeError):
+    pass
+
+
+def _tensor_key(t: torch.Tensor, constant: bool):
+    if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+        raise UnsupportedArgument(f"a tensor subclass ({type(t).__name__}) is not supported")
+    if t.is_complex() or t.layout is not torch.strided:
+        raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
+    return (t.dtype, t.shape if constant else t.ndim, t.device, t.requires_grad)
+
+
+def arg_key(a, constant: bool, nested: bool = False):
+    """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
+    if isinstance(a, torch.Tensor):
+        return _tensor_key(a, constant)
+    if isinstance(a, _SCALARS):
+        if type(a) is int and not constant:
+            return int
+        return (type(a), a)
+    if isinstance(a, (tuple, list)) and not nested:
+        return (type(a), tuple(arg_key(x, constant, True) for x in a))
+    raise UnsupportedArgument(f"{type(a).__name__} arguments"
+                              f"{' inside a list' if nested else ''} are not supported")
+
+
+def _input_proxy(name: str, value, ctx: TraceContext):
+    """The proxy (or literal) standing for one argument in the traces."""
+    if isinstance(value, torch.Tensor):
+        proxy = TensorProxy(name, (), value.dtype, value.device, value.requires_grad)
+        if not ctx.symbolic:
+            proxy.shape = tuple(value.shape)
+            return proxy
+        sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
+        record(prims.shape, (proxy,), {}, sizes)
+        for size in sizes:   # 0 and 1 are specialized, as broadcasting depends on them
+            ctx.guards[("eq", size, size.hint) if size.hint < 2 else ("ge", size, 2)] = None
+        proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
+        return proxy
+    if isinstance(value, (tuple, list)):
+        return tuple(_input_proxy(f"{name}_{i}", v, ctx) for i, v in enumerate(value))
+    if type(value) is int and ctx.symbolic:
+        return IntProxy(name, value)
+    return value
+
+
+def _check_outputs(x):
+    for v in iter_vars(x):
+        if not isinstance(v, (TensorProxy, IntProxy)):
+            raise TypeError(f"unsupported output {v!r}")
+    return x
+
+
+def compile_trace(trace: Trace):
+    """Python function from the source of a fully claimed trace."""
+    ns = {"torch": torch}
+    for eqn in trace.eqns:
+        if eqn.executor is not None:
+            ns.update(eqn.executor.namespace(eqn))
+    exec(compile(str(trace), f"<{trace.name}>", "exec"), ns)
+    return ns[trace.name]
+
+
+def claim(trace: Trace, executors) -> Trace:
+    """Gives each unclaimed tensor equation to the first executor that claims it."""
+    eqns = []
+    for eqn in trace.eqns:
+        if eqn.executor is None and eqn.prim.kind != "host":
+            eqn = eqn.replace(executor=next(ex for ex in executors if ex.claims(eqn)))
+        eqns.append(eqn)
+    return trace.replace(eqns=tuple(eqns), provenance="Claimed by executors: " + ", ".join(
+        ex.name for ex in executors))
+
+
+class JitFunction:
+    """The callable returned by `ir.jit`."""
+
+    def __init__(self, fn, executors, cache):
+        if cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
+        self.fn = fn
+        self.cache_mode = cache
+        self.executors = [get_executor(e) if isinstance(e, str) else e for e in executors or ()]
+        for e in self.executors:
+            if not isinstance(e, Executor):
+                raise TypeError(f"executors: expected ir.Executor objects or names, got {e!r}")
+        if torch_executor not in self.executors:
+            self.executors.append(torch_executor)
+        self.signature = inspect.signature(fn)
+        self.param_names = list(self.signature.parameters)
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in self.signature.parameters.values()):
+            raise TypeError("ir.jit: functions with *args or **kwargs are not supported")
+        self.stats = CacheStats()
+        self.entries: dict[tuple, list[Entry]] = {}
+        self.last_entry: Entry | None = None
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "jitted")
+        self.__doc__ = fn.__doc__
+
+    def bind(self, args, kwargs):
+        if not kwargs and len(args) == len(self.param_names):
+            return args
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    def key(self, args):
+        constant = self.cache_mode == "constant values"
+        try:
+            return tuple([arg_key(a, constant) for a in args])
+        except UnsupportedArgument:
+            for name, a in zip(self.param_names, args):
+                try:
+                    arg_key(a, constant)
+                except UnsupportedArgument as e:
+                    raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
+            raise
+
+    def __call__(self, *args, **kwargs):
+        args = self.bind(args, kwargs)
+        entry = self.lookup(args)
+        return entry.computation(*args)
+
+    def lookup(self, args) -> Entry:
+        """The cache entry whose guards these arguments pass; compiles a new one on a miss."""
+        key = self.key(args)
+        if self.cache_mode != "no caching":
+            for entry in self.entries.get(key, ()):
+                if entry.prologue(*args):
+                    self.stats.hits += 1
+                    self.last_entry = entry
+                    return entry
+        self.stats.misses += 1
+        entry = self.compile(args)
+        if self.cache_mode != "no caching":
+            self.entries.setdefault(key, []).append(entry)
+        self.last_entry = entry
+        return entry
+
+    def compile(self, args) -> Entry:
+        ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
+        with tracing(ctx):
+            inputs = tuple((name, _input_proxy(name, a, ctx))
+                           for name, a in zip(self.param_names, args))
+            outputs = _check_outputs(self.fn(*[value for _, value in inputs]))
+        traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
+        traces = [traced]
+        trace = passes.dce(passes.cse(traced))
+        traces.append(trace)
+        values = {}
+        for (name, proxy), a in zip(inputs, args):
+            for v, x in zip(iter_vars(proxy), a if isinstance(a, (tuple, list)) else (a,)):
+                values[id(v)] = x
+        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards))
+        extra = {}
+        for ex in self.executors:
+            fused = ex.fusion_pass(trace, cctx)
+            if fused is not trace:
+                trace = fused
+                traces.append(trace)
+        trace = passes.sink_host_work(passes.dce(claim(trace, self.executors)))
+        traces.append(trace.replace(provenance="Executed: " + trace.provenance))
+        host = [e for e in traced.eqns if e.prim.kind == "host"]
+        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic)
+        return Entry(prologue, compile_trace(traces[-1]), traces, extra)
+
+
+def jit(fn, *, executors=None, cache="constant values") -> JitFunction:
+    """Traces `fn` on its first call (per cache entry) and runs the executors' code for it.
+
+    executors: executor objects or registered names, in priority order; the torch executor is
+    always appended. cache: "constant values", "symbolic values" or "no caching".
+    """
+    return JitFunction(fn, executors, cache)
+
+
+def _jitted(jfn) -> JitFunction:
+    if not isinstance(jfn, JitFunction):
+        raise TypeError(f"expected a function returned by ir.jit, got {type(jfn).__name__}")
+    return jfn
+
+
+def _last(jfn) -> Entry:
+    entry = _jitted(jfn).last_entry
+    if entry is None:
+        raise RuntimeError("this jitted function has not been called yet")
+    return entry
+
+
+def last_traces(jfn) -> list[Trace]:
+    """The computation traces of the last call, one per pass; the last one is what ran."""
+    return list(_last(jfn).traces)
+
+
+def last_prologue(jfn) -> Prologue:
+    """The prologue of the cache entry the last call used."""
+    return _last(jfn).prologue
+
+
+def cache_stats(jfn) -> CacheStats:
+    return _jitted(jfn).stats
+
+
+def thin(jfn, *args, **kwargs):
+    """Runs the prologue once on these arguments and returns the selected entry's computation.
+
+    The computation takes the same positional arguments as the function; it checks nothing: the
+    caller takes over the prologue's job of passing only arguments that satisfy its guards."""
+    jfn = _jitted(jfn)
+    return jfn.lookup(jfn.bind(args, kwargs)).computation
+
+
+def last_entry(jfn) -> Entry:
+    return _last(jfn)

@@ -1,0 +1,93 @@
+"""Trace-to-trace passes: dead-code elimination, common-subexpression elimination, and the
+placement of host work after the kernel launches that do not need it.
+
+Each pass is a pure function Trace -> Trace that stamps its provenance.
+"""
+from __future__ import annotations
+
+
+
+from ir.proxies import Var
+from ir.trace import Eqn, Trace, iter_vars, map_vars
+
+
+def dce(trace: Trace) -> Trace:
+    """Drops equations whose outputs are unused. Example: `t1 = exp(t0)` with t1 never read
+    disappears; `(i0, i1) = x.shape` with only i1 read becomes `(_, i1) = x.shape`."""
+    live = {id(v) for v in iter_vars(trace.outputs)}
+    kept = []
+    for eqn in reversed(trace.eqns):
+        if not any(v is not None and id(v) in live for v in eqn.outs):
+            continue
+        outs = tuple(v if v is not None and id(v) in live else None for v in eqn.outs)
+        kept.append(eqn if outs == eqn.outs or len(outs) == 1 else eqn.replace(outs=outs))
+        live.update(id(v) for v in eqn.input_vars())
+    return trace.replace(eqns=tuple(reversed(kept)), provenance="Dead-code elimination")
+
+
+def _hashable(x):
+    if isinstance(x, Var):
+        return ("var", id(x))
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__,) + tuple(_hashable(i) for i in x)
+    if isinstance(x, dict):
+        return ("dict",) + tuple((k, _hashable(v)) for k, v in x.items())
+    if isinstance(x, float):
+        return ("float", repr(x))   # keeps -0.0 apart from 0.0, and nan equal to itself
+    return (type(x).__name__, x)
+
+
+def cse(trace: Trace) -> Trace:
+    """Replaces an equation that repeats an earlier one (same prim, args and params) by the
+    earlier outputs. Example: two `x.shape` queries become one. Opaque symbols are left alone."""
+    env: dict[int, Var] = {}
+    seen: dict[tuple, Eqn] = {}
+    eqns = []
+
+    def sub(v):
+        return env.get(id(v), v)
+
+    for eqn in trace.eqns:
+        eqn = eqn.replace(args=map_vars(sub, eqn.args), params=map_vars(sub, eqn.params))
+        if eqn.prim.kind == "opaque":
+            eqns.append(eqn)
+            continue
+        key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = eqn
+            eqns.append(eqn)
+            continue
+        for old, new in zip(eqn.outs, first.outs):
+            env[id(old)] = new
+    return trace.replace(eqns=tuple(eqns), outputs=map_vars(sub, trace.outputs),
+                         provenance="Common-subexpression elimination")
+
+
+def sink_host_work(trace: Trace) -> Trace:
+    """Moves each host equation (shape queries, integer math) down to just before its first
+    consumer, so kernel launches that do not need it go out first and the host computes sizes
+    while the device works. Example: `i2 = i0 * i1` needed only by a final reshape moves below
+    every fusion launched before that reshape."""
+    host = [e for e in trace.eqns if e.prim.kind == "host"]
+    producer = {id(v): e for e in host for v in e.outs if v is not None}
+    placed: set[int] = set()
+    eqns: list[Eqn] = []
+
+    def place_deps(vars_):
+        for v in vars_:
+            e = producer.get(id(v))
+            if e is not None and id(e) not in placed:
+                place_deps(e.input_vars())
+                placed.add(id(e))
+                eqns.append(e)
+
+    for eqn in trace.eqns:
+        if eqn.prim.kind == "host":
+            continue
+        place_deps(eqn.input_vars())
+        eqns.append(eqn)
+    place_deps(iter_vars(trace.outputs))
+    return trace.replace(eqns=tuple(eqns), provenance="Host work placed after launches")
+
+

@@ -1,0 +1,122 @@
+"""The prims: the small set of operations that traces are made of and executors implement.
+
+Each prim is a named object with a meta rule (output shapes and dtypes from input metadata) and a
+default printer. Host prims (shape queries and integer arithmetic) are plain Python and print as
+the Python that runs them; tensor prims are run by an executor.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from ir.proxies import IntProxy, TensorProxy
+from ir.trace import render
+
+PRIMS: dict[str, "Prim"] = {}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prim:
+    name: str
+    kind: str                     # "host", "elementwise", "tensor" or "opaque"
+    meta: Callable                # (*args, **params) -> list of (shape, dtype, device) or int hints
+    render_rhs: Callable = None   # (eqn) -> source of the right-hand side
+
+    def render(self, eqn):
+        if self.render_rhs is not None:
+            return self.render_rhs(eqn), []
+        args = [render(a) for a in eqn.args]
+        args += [f"{k}={render(v)}" for k, v in eqn.params.items()]
+        return f"prims.{self.name}({', '.join(args)})", []
+
+    def __repr__(self):
+        return self.name
+
+
+def define(name, kind, meta, render_rhs=None) -> Prim:
+    prim = Prim(name, kind, meta, render_rhs)
+    PRIMS[name] = prim
+    return prim
+
+
+# ---- host prims ----------------------------------------------------------------------------
+
+SCALAR_OPS = {"add": ("+", lambda a, b: a + b), "sub": ("-", lambda a, b: a - b),
+              "mul": ("*", lambda a, b: a * b), "floordiv": ("//", lambda a, b: a // b),
+              "mod": ("%", lambda a, b: a % b)}
+
+shape = define("shape", "host", lambda t: [int(s) if not isinstance(s, IntProxy) else s.hint
+                                           for s in t.shape],
+               lambda eqn: f"{eqn.args[0].name}.shape")
+
+for _op, (_sym, _fn) in SCALAR_OPS.items():
+    define("int_" + _op, "host", lambda a, b, _fn=_fn: [_fn(_hint(a), _hint(b))],
+           lambda eqn, _sym=_sym: f"{render(eqn.args[0])} {_sym} {render(eqn.args[1])}")
+
+
+def _hint(x):
+    return x.hint if isinstance(x, IntProxy) else x
+
+
+# ---- tensor prims --------------------------------------------------------------------------
+
+def _same(t, dtype=None, shape=None):
+    return [(t.shape if shape is None else tuple(shape), dtype or t.dtype, t.device)]
+
+
+convert_element_type = define("convert_element_type", "elementwise",
+                              lambda t, *, dtype: _same(t, dtype))
+broadcast_in_dim = define("broadcast_in_dim", "tensor",
+                          lambda t, shape, *, dims: _same(t, shape=shape))
+
+
+def _slice_meta(t, starts, stops, steps):
+    shape = [stop - start if step == 1 else (stop - start + step - 1) // step
+             for start, stop, step in zip(starts, stops, steps)]
+    return _same(t, shape=shape)
+
+
+slice_ = define("slice", "tensor", _slice_meta)
+pad = define("pad", "tensor", lambda t, config, *, value: _same(
+    t, shape=[lo + s + hi for s, (lo, hi) in zip(t.shape, config)]))
+
+
+def _cat_meta(tensors, *, dim):
+    shape = list(tensors[0].shape)
+    total = 0
+    for t in tensors:
+        total = total + t.shape[dim]
+    shape[dim] = total
+    return _same(tensors[0], shape=shape)
+
+
+cat = define("cat", "tensor", _cat_meta)
+where = define("where", "elementwise", lambda c, a, b: _same(
+    next(x for x in (a, b, c) if isinstance(x, TensorProxy)),
+    dtype=_first_tensor(a, b).dtype if _first_tensor(a, b) is not None else None))
+full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
+reshape = define("reshape", "tensor", lambda t, shape: _same(t, shape=shape))
+permute = define("permute", "tensor", lambda t, *, perm: _same(t, shape=[t.shape[p] for p in perm]))
+
+
+def _first_tensor(*xs):
+    return next((x for x in xs if isinstance(x, TensorProxy)), None)
+
+
+UNARY = ("neg", "abs", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt", "rsqrt")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
+COMPARE = ("gt", "lt", "ge", "le", "eq", "ne")
+
+for _name in UNARY:
+    define(_name, "elementwise", lambda t: _same(t))
+for _name in BINARY:
+    define(_name, "elementwise", lambda a, b: _same(_first_tensor(a, b)))
+for _name in COMPARE:
+    define(_name, "elementwise", lambda a, b: _same(_first_tensor(a, b), dtype=torch.bool))
+
+opaque = define("opaque", "opaque", None,
+                lambda eqn: f"{eqn.params['fn_name']}({', '.join(render(a) for a in eqn.args)}"
+                            + "".join(f", {k}={render(v)}" for k, v in eqn.params['kwargs'].items())
+                            + ")")

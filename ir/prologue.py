@@ -1,0 +1,108 @@
+"""The prologue: generated Python that checks a cache entry's guards on the call's arguments.
+
+It checks each tensor's type, dtype, device, rank and requires_grad, its sizes (exactly in
+"constant values" mode; 0/1-ness and the traced guards in "symbolic values" mode), each other
+argument's value (constant mode) or type (symbolic mode), and the guards that tracing and the
+executors recorded (size comparisons, pointer alignment, strides, divisibility). It returns True
+when all hold. It only checks: it computes nothing that the computation needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ir.proxies import IntProxy, TensorProxy, Var
+from ir.trace import iter_vars, render, render_eqn
+
+GUARD_SOURCE = {
+    "eq": "{a} == {b}", "ne": "{a} != {b}", "lt": "{a} < {b}", "le": "{a} <= {b}",
+    "gt": "{a} > {b}", "ge": "{a} >= {b}",
+    "divisible": "{a} % {b} == 0",
+    "aligned": "{a}.data_ptr() % {b} == 0",
+    "stride_eq": "{a}.stride({b[0]}) == {b[1]}",
+    "stride_divisible": "{a}.stride({b[0]}) % {b[1]} == 0",
+}
+
+
+def render_guard(guard) -> str:
+    op, a, b = guard
+    return GUARD_SOURCE[op].format(a=render(a), b=render(b) if not isinstance(b, tuple) else b)
+
+
+@dataclasses.dataclass
+class Prologue:
+    source: str
+    fn: object
+
+    def __str__(self) -> str:
+        return self.source
+
+    def __call__(self, *args) -> bool:
+        return self.fn(*args)
+
+
+def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
+    if isinstance(value, TensorProxy):
+        dtype = render(value.dtype)
+        dev = f"DEVICE_{len(ns)}"
+        ns[dev] = value.device
+        lines.append(f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
+                     f"{name}.device == {dev} and {name}.ndim == {value.ndim} and "
+                     f"{'' if value.requires_grad else 'not '}{name}.requires_grad): return False")
+        if not symbolic:
+            lines.append(f"if {name}.shape != {render(tuple(value.shape))}: return False")
+    elif isinstance(value, IntProxy):
+        lines.append(f"if type({name}) is not int: return False")
+    elif isinstance(value, tuple):
+        lines.append(f"if type({name}) not in (tuple, list) or len({name}) != {len(value)}: "
+                     "return False")
+        lines.append(f"{render(value)} = {name}")
+        for item in value:
+            _check_value(item.name if isinstance(item, Var) else f"{name}", item, symbolic,
+                         lines, ns)
+    else:
+        lines.append(f"if type({name}) is not {type(value).__name__} or {name} != "
+                     f"{render(value)}: return False" if value is not None else
+                     f"if {name} is not None: return False")
+
+
+def _needed_host_eqns(guards, host_eqns, inputs) -> list:
+    """The host equations (shape queries, integer math) that the guards' values need."""
+    producer = {id(v): e for e in host_eqns for v in e.outs if v is not None}
+    available = {id(v) for v in inputs}
+    needed: dict[int, object] = {}
+
+    def visit(v):
+        e = producer.get(id(v))
+        if id(v) in available or e is None or id(e) in needed:
+            return
+        needed[id(e)] = e
+        for dep in e.input_vars():
+            visit(dep)
+
+    for g in guards:
+        for v in iter_vars(g[1:]):
+            visit(v)
+    return [e for e in host_eqns if id(e) in needed]
+
+
+def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
+    """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
+    host equations, replayed here where a guard needs a derived size."""
+    ns = {"torch": torch, "Tensor": torch.Tensor}
+    body: list[str] = []
+    for name, value in inputs:
+        _check_value(name, value, symbolic, body, ns)
+    input_vars = [v for _, value in inputs for v in iter_vars(value)]
+    for eqn in _needed_host_eqns(guards, host_eqns, input_vars):
+        body.extend(render_eqn(eqn))
+    if guards:
+        body.append("if not (" + "\n      and ".join(render_guard(g) for g in guards)
+                    + "): return False")
+    body.append("return True")
+    header = ("# Prologue: checks this cache entry's guards\n"
+              f"def prologue({', '.join(name for name, _ in inputs)}):")
+    source = header + "\n" + "\n".join("  " + line for line in body)
+    exec(compile(source, "<prologue>", "exec"), ns)
+    return Prologue(source, ns["prologue"])

@@ -1,0 +1,526 @@
+"""Torch-level operations as decompositions into prims.
+
+`HANDLERS` maps torch callables (torch.cat, torch.Tensor.add, F.pad, ...) and `METHODS` maps
+tensor method names to a function of the same signature that records prims. Type promotion follows
+PyTorch: the torch function itself is run on `meta` tensors to find the result dtype and to raise
+PyTorch's own error for invalid input.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.nn.functional as F
+
+from ir import prims
+from ir.proxies import IntProxy, TensorProxy, hint, same_size
+from ir.tracing import bind, compare, opaque, specialize
+
+HANDLERS: dict = {}
+METHODS: dict = {}
+
+
+def register(*targets, methods=()):
+    def wrap(fn):
+        for t in targets:
+            HANDLERS[t] = fn
+        for m in methods:
+            METHODS[m] = fn
+        return fn
+    return wrap
+
+
+def _meta(x):
+    if isinstance(x, TensorProxy):
+        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+    return hint(x)
+
+
+def meta_dtype(fn, *args, **kwargs):
+    """Result dtype of fn on these arguments, found by running it on meta tensors."""
+    return fn(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()}).dtype
+
+
+# ---- shapes and broadcasting -------------------------------------------------------------
+
+def _is_one(s) -> bool:
+    return not isinstance(s, IntProxy) and s == 1
+
+
+def broadcast_shape(*shapes):
+    """PyTorch's broadcast of symbolic shapes; equal symbolic sizes are guarded equal."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        sizes = [s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0]
+        real = [d for d in sizes if not _is_one(d)]
+        if not real:
+            out.append(1)
+            continue
+        chosen = next((d for d in real if not isinstance(d, IntProxy)), real[0])
+        for d in real:
+            if d is not chosen and d != chosen:
+                raise RuntimeError(f"shapes {[tuple(map(hint, s)) for s in shapes]} "
+                                   f"cannot be broadcast together (dim {i})")
+        out.append(chosen)
+    return tuple(out)
+
+
+def expand_to(t, shape):
+    """broadcast_in_dim of t to `shape` (right-aligned, as PyTorch broadcasts)."""
+    shape = tuple(shape)
+    if len(t.shape) == len(shape) and all(same_size(a, b) for a, b in zip(t.shape, shape)):
+        return t
+    offset = len(shape) - len(t.shape)
+    return bind(prims.broadcast_in_dim, t, shape, dims=tuple(range(offset, len(shape))))
+
+
+def convert(t, dtype):
+    if not isinstance(t, TensorProxy) or t.dtype == dtype:
+        return t
+    return bind(prims.convert_element_type, t, dtype=dtype)
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n = n * s
+    return n
+
+
+def _dim(d, ndim):
+    d = operator.index(d)
+    if not -max(ndim, 1) <= d < max(ndim, 1):
+        raise IndexError(f"dimension {d} out of range for a tensor of rank {ndim}")
+    return d % max(ndim, 1)
+
+
+# ---- elementwise ---------------------------------------------------------------------------
+
+def elementwise(prim_name, torch_fn, *args, compute_dtype=None):
+    """Type-promotes, broadcasts and records one elementwise prim."""
+    out_dtype = meta_dtype(torch_fn, *args)
+    if compute_dtype is None:
+        compute_dtype = out_dtype
+    shape = broadcast_shape(*[a.shape for a in args if isinstance(a, TensorProxy)])
+    args = [convert(expand_to(a, shape), compute_dtype) if isinstance(a, TensorProxy) else a
+            for a in args]
+    return bind(prims.PRIMS[prim_name], *args)
+
+
+def _unary(name, fn):
+    register(fn, getattr(torch.Tensor, name), methods=(name,))(
+        lambda x: elementwise(name, fn, x))
+
+
+for _name in prims.UNARY:
+    _unary(_name, getattr(torch, _name))
+register(torch.Tensor.__neg__, methods=("__neg__",))(lambda x: elementwise("neg", torch.neg, x))
+register(torch.Tensor.__abs__, methods=("__abs__",))(lambda x: elementwise("abs", torch.abs, x))
+HANDLERS[F.sigmoid] = HANDLERS[torch.sigmoid]
+
+
+def _binary(name, fn, dunder=None, rdunder=None, swap_scalar=False):
+    def forward(a, b):
+        return elementwise(name, fn, a, b)
+
+    def reverse(a, b):
+        return elementwise(name, fn, b, a)
+    register(fn, getattr(torch.Tensor, name, fn), methods=(name,) + ((dunder,) if dunder else ()))(
+        forward)
+    if dunder:
+        HANDLERS[getattr(torch.Tensor, dunder)] = forward
+    if rdunder:
+        register(getattr(torch.Tensor, rdunder), methods=(rdunder,))(reverse)
+
+
+_binary("add", torch.add, "__add__", "__radd__")
+_binary("sub", torch.sub, "__sub__", "__rsub__")
+_binary("mul", torch.mul, "__mul__", "__rmul__")
+_binary("div", torch.div, "__truediv__", "__rtruediv__")
+_binary("pow", torch.pow, "__pow__", "__rpow__")
+def _compare(name, fn):
+    def compare_op(a, b):
+        return elementwise(name, fn, a, b, compute_dtype=torch.result_type(_meta(a), _meta(b)))
+    for key in (fn, getattr(torch.Tensor, name), getattr(torch.Tensor, f"__{name}__")):
+        HANDLERS[key] = compare_op
+    METHODS[name] = METHODS[f"__{name}__"] = compare_op
+
+
+for _name in prims.COMPARE:
+    _compare(_name, getattr(torch, _name))
+
+
+@register(torch.add, torch.Tensor.add, methods=("add",))
+def add(a, b, *, alpha=1):
+    return elementwise("add", torch.add, a, b if alpha == 1 else mul(b, alpha))
+
+
+@register(torch.sub, torch.Tensor.sub, methods=("sub",))
+def sub(a, b, *, alpha=1):
+    return elementwise("sub", torch.sub, a, b if alpha == 1 else mul(b, alpha))
+
+
+def mul(a, b):
+    return elementwise("mul", torch.mul, a, b)
+
+
+@register(torch.div, torch.Tensor.div, methods=("div",))
+def div(a, b, *, rounding_mode=None):
+    if rounding_mode is not None:
+        return opaque(torch.div, (a, b), {"rounding_mode": rounding_mode})
+    return elementwise("div", torch.div, a, b)
+
+
+@register(torch.maximum, torch.Tensor.maximum, methods=("maximum",))
+def maximum(a, b):
+    return elementwise("maximum", torch.maximum, a, b)
+
+
+@register(torch.minimum, torch.Tensor.minimum, methods=("minimum",))
+def minimum(a, b):
+    return elementwise("minimum", torch.minimum, a, b)
+
+
+def _scalar_bound(prim_name, x, bound, dtype):
+    if bound is None:
+        return x
+    if isinstance(bound, TensorProxy):
+        return bind(prims.PRIMS[prim_name], x, convert(expand_to(bound, x.shape), dtype))
+    return bind(prims.PRIMS[prim_name], x, bound)
+
+
+@register(torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip, methods=("clamp", "clip"))
+def clamp(x, min=None, max=None):
+    dtype = meta_dtype(torch.clamp, x, min, max)
+    x = convert(x, dtype)
+    return _scalar_bound("minimum", _scalar_bound("maximum", x, min, dtype), max, dtype)
+
+
+@register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
+def relu(x, inplace=False):
+    return clamp(x, 0)
+
+
+@register(F.silu, methods=("silu",))
+def silu(x, inplace=False):
+    return mul(x, elementwise("sigmoid", torch.sigmoid, x))
+
+
+@register(torch.where, torch.Tensor.where)
+def where(cond, a, b):
+    dtype = meta_dtype(torch.where, cond, a, b)
+    shape = broadcast_shape(*[x.shape for x in (cond, a, b) if isinstance(x, TensorProxy)])
+    a, b = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else x
+            for x in (a, b))
+    if not any(isinstance(x, TensorProxy) for x in (a, b)):
+        a = full(shape, a, dtype=dtype, device=cond.device)
+    return bind(prims.where, expand_to(cond, shape), a, b)
+
+
+# ---- dtype and layout ----------------------------------------------------------------------
+
+_DTYPE_METHODS = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16,
+                  "double": torch.float64, "int": torch.int32, "long": torch.int64,
+                  "bool": torch.bool}
+for _m, _dt in _DTYPE_METHODS.items():
+    METHODS[_m] = (lambda dt: lambda x, memory_format=None: convert(x, dt))(_dt)
+
+
+@register(torch.Tensor.to, methods=("to",))
+def to(x, *args, **kwargs):
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, TensorProxy):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, (str, torch.device)):
+            device = a
+    if device is not None and torch.device(device) != x.device:
+        return opaque(torch.Tensor.to, (x, *args), kwargs)
+    return convert(x, dtype) if dtype is not None else x
+
+
+@register(torch.Tensor.type_as, methods=("type_as",))
+def type_as(x, other):
+    return convert(x, other.dtype)
+
+
+@register(torch.Tensor.contiguous, methods=("contiguous",))
+def contiguous(x, memory_format=None):
+    return x
+
+
+# ---- shape queries -------------------------------------------------------------------------
+
+METHODS["size"] = TensorProxy.size
+HANDLERS[torch.numel] = HANDLERS[torch.Tensor.numel] = TensorProxy.numel
+
+
+# ---- views and resizes ---------------------------------------------------------------------
+
+def _sizes(args):
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+@register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view, methods=("reshape", "view"))
+def reshape(x, *shape):
+    shape = _sizes(shape)
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+        return opaque(torch.Tensor.view, (x, shape[0]), {})
+    if len(shape) == len(x.shape) and all(same_size(a, b) for a, b in zip(shape, x.shape)):
+        return x
+    numel = _numel(x.shape)
+    if sum(1 for s in shape if not isinstance(s, IntProxy) and s == -1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if any(not isinstance(s, IntProxy) and s == -1 for s in shape):
+        known = _numel([s for s in shape if isinstance(s, IntProxy) or s != -1])
+        if known == 0:
+            raise RuntimeError(f"cannot reshape tensor of {hint(numel)} elements into {shape}")
+        shape = tuple(numel // known if not isinstance(s, IntProxy) and s == -1 else s
+                      for s in shape)
+    if _numel(shape) != numel:
+        raise RuntimeError(f"shape {tuple(map(hint, shape))} is invalid for input of size "
+                           f"{hint(numel)}")
+    return bind(prims.reshape, x, shape)
+
+
+@register(torch.Tensor.view_as, torch.Tensor.reshape_as, methods=("view_as", "reshape_as"))
+def reshape_as(x, other):
+    return reshape(x, other.shape)
+
+
+@register(torch.flatten, torch.Tensor.flatten, methods=("flatten",))
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
+    merged = _numel(x.shape[start:end + 1])
+    return reshape(x, x.shape[:start] + (merged,) + x.shape[end + 1:])
+
+
+@register(torch.unsqueeze, torch.Tensor.unsqueeze, methods=("unsqueeze",))
+def unsqueeze(x, dim):
+    d = _dim(dim, x.ndim + 1)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+@register(torch.squeeze, torch.Tensor.squeeze, methods=("squeeze",))
+def squeeze(x, dim=None):
+    if dim is None:
+        dims = range(x.ndim)
+    else:
+        dims = [_dim(d, x.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+    drop = {d for d in dims if x.shape[d] == 1}
+    return reshape(x, tuple(s for d, s in enumerate(x.shape) if d not in drop))
+
+
+@register(torch.permute, torch.Tensor.permute, methods=("permute",))
+def permute(x, *dims):
+    perm = tuple(_dim(d, x.ndim) for d in _sizes(dims))
+    if sorted(perm) != list(range(x.ndim)):
+        raise RuntimeError(f"permute: {perm} is not a permutation of the dims of a rank-{x.ndim} "
+                           "tensor")
+    if perm == tuple(range(x.ndim)):
+        return x
+    return bind(prims.permute, x, perm=perm)
+
+
+@register(torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.Tensor.swapaxes,
+          methods=("transpose", "swapaxes"))
+def transpose(x, dim0, dim1):
+    perm = list(range(x.ndim))
+    a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(x, perm)
+
+
+@register(torch.Tensor.t, methods=("t",))
+def t(x):
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+@register(torch.Tensor.expand, methods=("expand",))
+def expand(x, *sizes):
+    sizes = _sizes(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError(f"expand: {len(sizes)} sizes given for a rank-{x.ndim} tensor")
+    offset = len(sizes) - x.ndim
+    shape = []
+    for i, s in enumerate(sizes):
+        own = x.shape[i - offset] if i >= offset else 1
+        if not isinstance(s, IntProxy) and s == -1:
+            shape.append(own)
+        elif _is_one(own) or own is s or own == s:
+            shape.append(s)
+        else:
+            raise RuntimeError(f"expand: size {hint(own)} of dim {i - offset} cannot become "
+                               f"{hint(s)}")
+    return expand_to(x, shape)
+
+
+@register(torch.Tensor.expand_as, methods=("expand_as",))
+def expand_as(x, other):
+    return expand(x, other.shape)
+
+
+@register(torch.broadcast_to)
+def broadcast_to(x, shape):
+    return expand(x, shape)
+
+
+def _clamp_index(i, size):
+    if i < 0:
+        i = i + size
+        if i < 0:
+            i = 0
+    elif i > size:
+        i = size
+    return i
+
+
+def _slice_bounds(s: slice, size):
+    step = 1 if s.step is None else specialize(s.step)
+    if step <= 0:
+        raise ValueError("slice step must be positive")
+    start = 0 if s.start is None else _clamp_index(s.start, size)
+    stop = size if s.stop is None else _clamp_index(s.stop, size)
+    if stop < start:
+        stop = start
+    return start, stop, step
+
+
+def slice_dims(x, bounds):
+    """One slice prim over all dims; bounds is a list of (start, stop, step); skips identities."""
+    if all(same_size(start, 0) and same_size(stop, size) and step == 1
+           for (start, stop, step), size in zip(bounds, x.shape)):
+        return x
+    starts, stops, steps = zip(*bounds) if bounds else ((), (), ())
+    return bind(prims.slice_, x, tuple(starts), tuple(stops), tuple(steps))
+
+
+@register(torch.Tensor.__getitem__, methods=("__getitem__",))
+def getitem(x, index):
+    index = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, (TensorProxy, torch.Tensor, list)) for i in index):
+        return opaque(torch.Tensor.__getitem__, (x, index), {})
+    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for a tensor of rank {x.ndim}")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (x.ndim - consumed) + index[at + 1:]
+    else:
+        index = index + (slice(None),) * (x.ndim - consumed)
+    bounds, dim = [], 0
+    for i in index:
+        if i is None:
+            continue
+        size = x.shape[dim]
+        if isinstance(i, slice):
+            start, stop, step = _slice_bounds(i, size)
+            bounds.append((start, stop, step))
+        else:
+            if not -size <= i < size:
+                raise IndexError(f"index {hint(i)} is out of bounds for dim {dim} of size "
+                                 f"{hint(size)}")
+            start = i + size if i < 0 else i
+            bounds.append((start, start + 1, 1))
+        dim += 1
+    sliced = slice_dims(x, bounds)
+    shape = []
+    for i, size in zip((i for i in index if i is not None), sliced.shape):
+        if isinstance(i, slice):
+            shape.append(size)
+    shape = iter(shape)
+    return reshape(sliced, tuple(1 if i is None else next(shape)
+                                 for i in index if i is None or isinstance(i, slice)))
+
+
+@register(torch.narrow, torch.Tensor.narrow, methods=("narrow",))
+def narrow(x, dim, start, length):
+    d = _dim(dim, x.ndim)
+    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+@register(torch.cat, torch.concat, torch.concatenate)
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of tensors")
+    ndim = tensors[0].ndim
+    d = _dim(dim, ndim)
+    dtype = meta_dtype(lambda *ts: torch.cat(ts, d), *tensors)
+    for t in tensors[1:]:
+        if t.ndim != ndim:
+            raise RuntimeError(f"torch.cat(): tensors must have the same rank, got {ndim} and "
+                               f"{t.ndim}")
+        for i in range(ndim):
+            if i != d and t.shape[i] is not tensors[0].shape[i] and t.shape[i] != tensors[0].shape[i]:
+                raise RuntimeError(f"torch.cat(): sizes of dim {i} differ")
+    tensors = [convert(t, dtype) for t in tensors]
+    if len(tensors) == 1:
+        return tensors[0]
+    return bind(prims.cat, tuple(tensors), dim=d)
+
+
+@register(torch.stack)
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    d = _dim(dim, tensors[0].ndim + 1)
+    return cat([unsqueeze(t, d) for t in tensors], d)
+
+
+@register(F.pad, torch.constant_pad_nd)
+def pad(x, pad, mode="constant", value=None):
+    if mode != "constant":
+        return opaque(F.pad, (x, pad), {"mode": mode, "value": value})
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"pad: {len(pad)} widths given for a rank-{x.ndim} tensor")
+    config = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        config[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    for (lo, hi), s in zip(config, x.shape):
+        if lo + s + hi < 0:
+            raise RuntimeError(f"pad: resulting size {hint(lo + s + hi)} is negative")
+    if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
+        return x
+    return bind(prims.pad, x, tuple(config), value=0 if value is None else value)
+
+
+# ---- factories -----------------------------------------------------------------------------
+
+@register(torch.full)
+def full(size, fill_value, *, dtype=None, device=None, layout=None, pin_memory=False,
+         requires_grad=False):
+    dtype = dtype or torch.full((), fill_value).dtype
+    return bind(prims.full, tuple(_sizes((size,))), value=fill_value, dtype=dtype,
+                device=torch.device(device or "cpu"))
+
+
+def _constant_factory(value):
+    def factory(*size, dtype=None, device=None, layout=None, pin_memory=False,
+                requires_grad=False):
+        return full(_sizes(size), value, dtype=dtype or torch.get_default_dtype(), device=device)
+    return factory
+
+
+HANDLERS[torch.zeros] = _constant_factory(0)
+HANDLERS[torch.ones] = _constant_factory(1)
+
+
+def _like_factory(value):
+    def factory(x, fill_value=None, *, dtype=None, device=None, layout=None, pin_memory=False,
+                requires_grad=False, memory_format=None):
+        fill = value if value is not None else fill_value
+        return full(x.shape, fill, dtype=dtype or x.dtype, device=device or x.device)
+    return factory
+
+
+HANDLERS[torch.zeros_like] = _like_factory(0)
+HANDLERS[torch.ones_like] = _like_factory(1)
+HANDLERS[torch.full_like] = _like_factory(None)
+

@@ -1,0 +1,129 @@
+"""The trace IR: one generic equation node and the trace that lists them, printable as Python.
+
+An `Eqn` is (prim, args, params, outs): `args` may nest tuples of Vars and literals, `params` are
+static keyword values, `outs` are the Vars it defines. A `Trace` is a function: named inputs, a flat
+list of equations, an output structure. `str(trace)` is Python source; the last trace of a jitted
+call is exactly the source that runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ir.proxies import TensorProxy, Var
+
+
+@dataclasses.dataclass(frozen=True)
+class Eqn:
+    prim: object                    # an ir.prims.Prim (or a fusion executor's prim)
+    args: tuple
+    params: dict
+    outs: tuple
+    executor: object = None         # the executor that runs it, once claimed
+
+    def replace(self, **changes) -> "Eqn":
+        return dataclasses.replace(self, **changes)
+
+    def input_vars(self) -> list[Var]:
+        return list(iter_vars((self.args, tuple(self.params.values()))))
+
+    @property
+    def out(self):
+        return self.outs[0]
+
+
+def iter_vars(x):
+    """Yields every Var inside a nested structure of tuples, lists and dicts."""
+    if isinstance(x, Var):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for item in x:
+            yield from iter_vars(item)
+    elif isinstance(x, dict):
+        for item in x.values():
+            yield from iter_vars(item)
+
+
+def map_vars(fn, x):
+    """Rebuilds a nested structure with every Var replaced by fn(var)."""
+    if isinstance(x, Var):
+        return fn(x)
+    if isinstance(x, (tuple, list)):
+        return type(x)(map_vars(fn, item) for item in x)
+    if isinstance(x, dict):
+        return {k: map_vars(fn, v) for k, v in x.items()}
+    return x
+
+
+def render(x) -> str:
+    """Python source for a literal or a nested structure of Vars and literals."""
+    if isinstance(x, Var):
+        return x.name
+    if isinstance(x, tuple):
+        inner = ", ".join(render(item) for item in x)
+        return f"({inner},)" if len(x) == 1 else f"({inner})"
+    if isinstance(x, list):
+        return "[" + ", ".join(render(item) for item in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {render(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"float('{x}')"
+    if isinstance(x, torch.device):
+        return repr(str(x))
+    return repr(x)
+
+
+def type_comment(outs) -> str:
+    typed = [f"{v.name}: {v.type_string()}" for v in outs if isinstance(v, TensorProxy)]
+    return "  # " + ", ".join(typed) if typed else ""
+
+
+def render_outs(outs) -> str:
+    if len(outs) == 1:
+        return outs[0].name if outs[0] is not None else "_"
+    return "(" + ", ".join(v.name if v is not None else "_" for v in outs) + ")"
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """A function as a flat list of equations. `outputs` is a nested structure of Vars and literals."""
+
+    name: str
+    inputs: tuple                   # (parameter name, Var | tuple of Vars | literal) pairs
+    eqns: tuple
+    outputs: object
+    provenance: str = ""
+
+    def replace(self, **changes) -> "Trace":
+        return dataclasses.replace(self, **changes)
+
+    def input_vars(self) -> list[Var]:
+        return list(iter_vars([value for _, value in self.inputs]))
+
+    def __str__(self) -> str:
+        lines = [f"# {self.provenance}"] if self.provenance else []
+        lines.append("@torch.no_grad()" if self.name == "computation" else "")
+        lines.append(f"def {self.name}({', '.join(name for name, _ in self.inputs)}):")
+        for name, value in self.inputs:
+            if isinstance(value, tuple):
+                lines.append(f"  {render(value)} = {name}")
+        for v in self.input_vars():
+            if isinstance(v, TensorProxy):
+                lines.append(f"  # {v.name}: {v.type_string()}")
+        for eqn in self.eqns:
+            lines.extend("  " + line for line in render_eqn(eqn))
+        lines.append(f"  return {render(self.outputs)}")
+        return "\n".join(line for line in lines if line != "")
+
+
+def render_eqn(eqn: Eqn) -> list[str]:
+    """Lines of source for one equation: its executor's rendering, or the prim's own."""
+    renderer = eqn.executor.render if eqn.executor is not None else eqn.prim.render
+    rhs, comments = renderer(eqn)
+    lines = [f"{render_outs(eqn.outs)} = {rhs}{type_comment(eqn.outs)}" if eqn.outs
+             else f"{rhs}"]
+    lines.extend(f"  # {c}" for c in comments)
+    return lines
+

@@ -1,0 +1,235 @@
+"""The tracer: records equations while a user function runs on proxies.
+
+One `TraceContext` is active during tracing. Torch calls on proxies arrive here and are
+dispatched to the decompositions of `ir.torch_ops`; anything without one becomes an opaque symbol
+whose outputs' metadata come from running it on `meta` tensors.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ir import prims
+from ir.proxies import COMPARISONS, NEGATED, IntProxy, TensorProxy, hint
+from ir.trace import Eqn
+
+
+@dataclasses.dataclass
+class TraceContext:
+    symbolic: bool
+    eqns: list = dataclasses.field(default_factory=list)
+    guards: dict = dataclasses.field(default_factory=dict)   # (op, a, b) -> None, ordered
+    counters: dict = dataclasses.field(default_factory=lambda: {"t": 0, "i": 0})
+    aliases: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> equal value
+    definitions: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> (op, a, b)
+    scalar_results: dict = dataclasses.field(default_factory=dict)  # (op, a, b) -> IntProxy
+
+    def new_name(self, prefix: str) -> str:
+        n = self.counters[prefix]
+        self.counters[prefix] = n + 1
+        return f"{prefix}{n}"
+
+
+_active: list[TraceContext] = []
+
+
+@contextlib.contextmanager
+def tracing(ctx: TraceContext):
+    _active.append(ctx)
+    try:
+        yield ctx
+    finally:
+        _active.pop()
+
+
+def current() -> TraceContext:
+    if not _active:
+        raise RuntimeError("a traced value was used outside of ir.jit tracing")
+    return _active[-1]
+
+
+def new_tensor(shape, dtype, device) -> TensorProxy:
+    return TensorProxy(current().new_name("t"), [canonical(s) for s in shape], dtype, device)
+
+
+def canonical(x):
+    """The representative of x among the sizes that guards made equal (an int where one is)."""
+    if not _active or not isinstance(x, IntProxy):
+        return x
+    aliases = _active[-1].aliases
+    while id(x) in aliases:
+        x = aliases[id(x)]
+    return x
+
+
+def new_int(value: int) -> IntProxy:
+    return IntProxy(current().new_name("i"), value)
+
+
+def bind(prim, *args, **params):
+    """Records `prim(*args, **params)` and returns its output proxy (or proxies)."""
+    metas = prim.meta(*args, **params)
+    outs = tuple(new_tensor(*m) for m in metas)
+    current().eqns.append(Eqn(prim, args, params, outs))
+    return outs[0] if len(outs) == 1 else outs
+
+
+def record(prim, args, params, outs):
+    current().eqns.append(Eqn(prim, tuple(args), params, tuple(outs)))
+
+
+# ---- integer arithmetic and specialization ---------------------------------------------------
+
+_IDENTITIES = {"add": (0, 0), "sub": (None, 0), "mul": (1, 1), "floordiv": (None, 1)}
+
+
+def _identity(x):
+    return ("var", id(x)) if isinstance(x, IntProxy) else ("int", x)
+
+
+def _undo(op: str, a, b, definitions):
+    """(x - y) + y -> x, y + (x - y) -> x, (x + y) - y -> x, (x + y) - x -> y; else None."""
+    if op == "add":
+        for x, y in ((a, b), (b, a)):
+            d = definitions.get(id(x))
+            if d is not None and d[0] == "sub" and d[2] is y:
+                return d[1]
+    if op == "sub":
+        d = definitions.get(id(a))
+        if d is not None and d[0] == "add":
+            if d[2] is b:
+                return d[1]
+            if d[1] is b:
+                return d[2]
+    return None
+
+
+def scalar_op(op: str, a, b):
+    """a <op> b on ints or IntProxies: folds constants, identities and repeats, else records a
+    host prim."""
+    if not isinstance(a, (int, IntProxy)) or not isinstance(b, (int, IntProxy)):
+        return NotImplemented
+    a, b = canonical(a), canonical(b)
+    fn = prims.SCALAR_OPS[op][1]
+    if not isinstance(a, IntProxy) and not isinstance(b, IntProxy):
+        return fn(a, b)
+    left_id, right_id = _IDENTITIES.get(op, (None, None))
+    if right_id is not None and not isinstance(b, IntProxy) and b == right_id:
+        return a
+    if left_id is not None and not isinstance(a, IntProxy) and a == left_id:
+        return b
+    if op == "mul" and any(not isinstance(x, IntProxy) and x == 0 for x in (a, b)):
+        return 0
+    if op == "sub" and a is b:
+        return 0
+    ctx = current()
+    undone = _undo(op, a, b, ctx.definitions)
+    if undone is not None:
+        return undone
+    key = (op, _identity(a), _identity(b))
+    if key in ctx.scalar_results:
+        return ctx.scalar_results[key]
+    out = new_int(fn(hint(a), hint(b)))
+    record(prims.PRIMS["int_" + op], (a, b), {}, (out,))
+    ctx.definitions[id(out)] = (op, a, b)
+    ctx.scalar_results[key] = out
+    return out
+
+
+def compare(op: str, a, b) -> bool:
+    """Answers a comparison from the hints and guards the answer, so the trace stays valid."""
+    a, b = canonical(a), canonical(b)
+    result = COMPARISONS[op](hint(a), hint(b))
+    if a is b or not (isinstance(a, IntProxy) or isinstance(b, IntProxy)):
+        return result
+    ctx = current()
+    guard = op if result else NEGATED[op]
+    ctx.guards[(guard, a, b)] = None
+    if guard == "eq":   # from now on the two are one size; an int wins
+        if isinstance(a, IntProxy):
+            ctx.aliases[id(a)] = b
+        else:
+            ctx.aliases[id(b)] = a
+    return result
+
+
+def specialize(x):
+    """The concrete value of x, guarded: IntProxies become ints."""
+    return x.__index__() if isinstance(x, IntProxy) else x
+
+
+# ---- dispatch -----------------------------------------------------------------------------
+
+def call_torch(func, args, kwargs):
+    from ir.torch_ops import HANDLERS
+    handler = HANDLERS.get(func)
+    if handler is None:
+        return opaque(func, args, kwargs)
+    return handler(*args, **kwargs)
+
+
+def call_method(name: str, self, args):
+    from ir.torch_ops import METHODS
+    return METHODS[name](self, *args)
+
+
+def tensor_method(self, name: str):
+    from ir.torch_ops import METHODS
+    if name in METHODS:
+        return functools.partial(METHODS[name], self)
+    method = getattr(torch.Tensor, name, None)
+    if method is None or not callable(method):
+        raise AttributeError(f"traced tensor has no attribute {name!r}")
+    return lambda *args, **kwargs: opaque(method, (self, *args), kwargs)
+
+
+# ---- opaque symbols ----------------------------------------------------------------------
+
+def _to_meta(x):
+    if isinstance(x, TensorProxy):
+        return torch.empty([specialize(s) for s in x.shape], dtype=x.dtype, device="meta")
+    if isinstance(x, IntProxy):
+        return specialize(x)
+    if isinstance(x, torch.device):
+        return torch.device("meta")
+    return x
+
+
+def _opaque_name(fn) -> str:
+    name = getattr(fn, "__name__", "fn")
+    for prefix, space in (("torch", torch), ("torch.Tensor", torch.Tensor),
+                          ("torch.nn.functional", torch.nn.functional)):
+        if getattr(space, name, None) is fn:
+            return f"{prefix}.{name}"
+    return f"opaque_{name}"
+
+
+def opaque(fn, args, kwargs):
+    """Records a torch function the tracer does not model; torch runs it at call time."""
+    name = getattr(fn, "__name__", repr(fn))
+    if name.endswith("_") and not name.endswith("__"):
+        raise NotImplementedError(f"in-place torch function {name} is not supported by ir.jit")
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    devices = [x.device for x in flat if isinstance(x, TensorProxy)]
+    devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
+    meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
+    try:
+        result = fn(*meta_args, **meta_kwargs)
+    except Exception as e:
+        raise NotImplementedError(
+            f"ir.jit cannot trace {name}: running it on meta tensors failed ({e})") from e
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if not all(isinstance(r, torch.Tensor) for r in results):
+        raise NotImplementedError(
+            f"ir.jit cannot trace {name}: it returns {type(result).__name__}, not tensors")
+    device = devices[0] if devices else torch.device("cpu")
+    outs = [new_tensor(r.shape, r.dtype, device) for r in results]
+    args = pytree.tree_unflatten([specialize(x) for x in flat], spec)
+    record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1]}, outs)
+    if isinstance(result, (tuple, list)):
+        return type(result)(outs) if isinstance(result, list) else tuple(outs)
+    return outs[0]
