@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from ir import prims
 from ir.proxies import TensorProxy, same_size
-from ir.trace import Eqn, Trace, render
+from ir.passes import dce
+from ir.trace import Eqn, Trace, iter_vars, map_vars, render
 
 _REGISTRY: dict[str, "Executor"] = {}
 
@@ -73,6 +74,9 @@ def _slice_src(eqn):
     parts = [":" if _is_zero(a) and same_size(b, s) and c == 1 else
              f"{render(a)}:{render(b)}" + (f":{c}" if c != 1 else "")
              for a, b, c, s in zip(starts, stops, steps, t.shape)]
+    full = next((i for i, p in enumerate(parts) if p != ":"), 0)
+    if full:    # x[..., 0:8] indexes faster than x[:, :, :, 0:8]
+        parts = ["..."] + parts[full:]
     return f"{t.name}[{', '.join(parts)}]"
 
 
@@ -123,10 +127,51 @@ TORCH_RENDER = {
 }
 
 
+def _covers(eqn: Eqn, operands) -> bool:
+    """Whether some tensor operand already has the shape of eqn's output."""
+    out = eqn.out.shape
+    return any(isinstance(a, TensorProxy) and len(a.shape) == len(out)
+               and all(same_size(x, y) for x, y in zip(a.shape, out)) for a in operands)
+
+
+def elide_broadcasts(trace: Trace) -> Trace:
+    """Drops unclaimed right-aligned broadcasts that only feed torch elementwise ops, which
+    broadcast by themselves. Example: `t3 = broadcast_in_dim(cos, ...); t4 = mul(t0, t3)` becomes
+    `t4 = mul(t0, cos)` when t0 already has t4's shape."""
+    consumers: dict[int, list] = {}
+    for eqn in trace.eqns:
+        for v in eqn.input_vars():
+            consumers.setdefault(id(v), []).append(eqn)
+    output_ids = {id(v) for v in iter_vars(trace.outputs)}
+    source: dict[int, object] = {}
+    for eqn in trace.eqns:
+        if (eqn.prim is prims.broadcast_in_dim and eqn.executor is None
+                and eqn.params["dims"] == tuple(range(len(eqn.args[1]) - eqn.args[0].ndim,
+                                                      len(eqn.args[1])))
+                and id(eqn.out) not in output_ids
+                and all(c.prim.kind == "elementwise" and c.executor is None
+                        for c in consumers[id(eqn.out)])):
+            source[id(eqn.out)] = eqn.args[0]
+    if not source:
+        return trace
+    eqns = []
+    for eqn in trace.eqns:
+        if id(eqn.outs[0]) in source:
+            continue
+        args = map_vars(lambda v: source.get(id(v), v), eqn.args)
+        if eqn.prim.kind == "elementwise" and not _covers(eqn, args):
+            args = eqn.args
+        eqns.append(eqn.replace(args=args))
+    return dce(trace.replace(eqns=tuple(eqns), provenance="Broadcasts left to torch"))
+
+
 class TorchExecutor(Executor):
     """Runs every tensor prim and opaque symbol with PyTorch; the fallback of every jit."""
 
     name = "torch"
+
+    def fusion_pass(self, trace: Trace, ctx: CompileContext) -> Trace:
+        return elide_broadcasts(trace)
 
     def claims(self, eqn: Eqn) -> bool:
         return eqn.prim.kind != "host"

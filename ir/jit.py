@@ -46,17 +46,17 @@ def _tensor_key(t: torch.Tensor, constant: bool):
         raise UnsupportedArgument(f"a tensor subclass ({type(t).__name__}) is not supported")
     if t.is_complex() or t.layout is not torch.strided:
         raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
-    return (t.dtype, t.shape if constant else t.ndim, t.device, t.requires_grad)
+    return (t.dtype, t.shape if constant else t.ndim)
 
 
 def arg_key(a, constant: bool, nested: bool = False):
     """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
+    if type(a) is torch.Tensor and a.layout is torch.strided:   # the common case, kept short
+        return (a.dtype, a.shape if constant else a.ndim)
     if isinstance(a, torch.Tensor):
         return _tensor_key(a, constant)
     if isinstance(a, _SCALARS):
-        if type(a) is int and not constant:
-            return int
-        return (type(a), a)
+        return int if type(a) is int and not constant else (type(a), a)
     if isinstance(a, (tuple, list)) and not nested:
         return (type(a), tuple(arg_key(x, constant, True) for x in a))
     raise UnsupportedArgument(f"{type(a).__name__} arguments"

@@ -20,7 +20,7 @@ def dce(trace: Trace) -> Trace:
         if not any(v is not None and id(v) in live for v in eqn.outs):
             continue
         outs = tuple(v if v is not None and id(v) in live else None for v in eqn.outs)
-        kept.append(eqn if outs == eqn.outs or len(outs) == 1 else eqn.replace(outs=outs))
+        kept.append(eqn if all(a is b for a, b in zip(outs, eqn.outs)) else eqn.replace(outs=outs))
         live.update(id(v) for v in eqn.input_vars())
     return trace.replace(eqns=tuple(reversed(kept)), provenance="Dead-code elimination")
 

@@ -104,7 +104,6 @@ class Trace:
 
     def __str__(self) -> str:
         lines = [f"# {self.provenance}"] if self.provenance else []
-        lines.append("@torch.no_grad()" if self.name == "computation" else "")
         lines.append(f"def {self.name}({', '.join(name for name, _ in self.inputs)}):")
         for name, value in self.inputs:
             if isinstance(value, tuple):
