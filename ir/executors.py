@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import TensorProxy, same_size
+from ir.proxies import TensorProxy, Var, same_size
 from ir.passes import dce
 from ir.trace import Eqn, Trace, iter_vars, map_vars, render
 
@@ -26,6 +26,18 @@ class CompileContext:
     values: dict            # id(input Var) -> the runtime value it stands for in this call
     symbolic: bool          # "symbolic values" mode
     guards: list            # (op, a, b) guards the prologue will check; passes may append
+    extra: dict = dataclasses.field(default_factory=dict)   # per-executor data of the entry
+
+    def add_guard(self, guard) -> None:
+        """Adds an (op, a, b) guard unless the same one (by identity of its values) is there."""
+        key = guard_key(guard)
+        if all(guard_key(g) != key for g in self.guards):
+            self.guards.append(guard)
+
+
+def guard_key(guard):
+    op, a, b = guard
+    return (op, id(a) if isinstance(a, Var) else a, id(b) if isinstance(b, Var) else repr(b))
 
 
 class Executor:

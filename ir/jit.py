@@ -185,14 +185,13 @@ class JitFunction:
             outputs = _check_outputs(self.fn(*[value for _, value in inputs]))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
         traces = [traced]
-        trace = passes.dce(passes.cse(traced))
+        trace = passes.dce(passes.cse(traced), keep_host=True)
         traces.append(trace)
         values = {}
         for (name, proxy), a in zip(inputs, args):
             for v, x in zip(iter_vars(proxy), a if isinstance(a, (tuple, list)) else (a,)):
                 values[id(v)] = x
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards))
-        extra = {}
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)
             if fused is not trace:
@@ -202,7 +201,7 @@ class JitFunction:
         traces.append(trace.replace(provenance="Executed: " + trace.provenance))
         host = [e for e in traced.eqns if e.prim.kind == "host"]
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic)
-        return Entry(prologue, compile_trace(traces[-1]), traces, extra)
+        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra)
 
 
 def jit(fn, *, executors=None, cache="constant values") -> JitFunction:

@@ -11,12 +11,18 @@ from ir.proxies import Var
 from ir.trace import Eqn, Trace, iter_vars, map_vars
 
 
-def dce(trace: Trace) -> Trace:
+def dce(trace: Trace, keep_host: bool = False) -> Trace:
     """Drops equations whose outputs are unused. Example: `t1 = exp(t0)` with t1 never read
-    disappears; `(i0, i1) = x.shape` with only i1 read becomes `(_, i1) = x.shape`."""
+    disappears; `(i0, i1) = x.shape` with only i1 read becomes `(_, i1) = x.shape`.
+    keep_host keeps host equations, which fusion passes may still need for the sizes of
+    intermediate tensors."""
     live = {id(v) for v in iter_vars(trace.outputs)}
     kept = []
     for eqn in reversed(trace.eqns):
+        if keep_host and eqn.prim.kind == "host":
+            kept.append(eqn)
+            live.update(id(v) for v in eqn.input_vars())
+            continue
         if not any(v is not None and id(v) in live for v in eqn.outs):
             continue
         outs = tuple(v if v is not None and id(v) in live else None for v in eqn.outs)

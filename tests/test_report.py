@@ -1,0 +1,98 @@
+"""The autotune report: JSON fields, the CPU-interpreter label, failed configs, and the chart."""
+
+import json
+import sys
+
+import pytest
+
+from triton_exec.report import INTERPRETER_NOTE, ConfigResult, KernelReport, write_report
+
+
+def rope_kernel_report() -> KernelReport:
+    return KernelReport(
+        name="fused_rope_0",
+        key="bf16|256x16x1024x32|align16",
+        configs=[
+            ConfigResult({"ROWS": 4, "num_warps": 4, "V": 8}, 0.9, 1.0, 1.2),
+            ConfigResult({"ROWS": 8, "num_warps": 4, "V": 8}, 1.1, 1.25, 1.4),
+            ConfigResult({"ROWS": 64, "num_warps": 1, "V": 8}, error="out of resources: shared memory\n| 232448"),
+        ],
+        bytes_moved=4_000_000,
+        access_widths={"ld": {16: 3, 8: 2}, "st": {16: 1}},
+        compile_s=1.5,
+        cache_hits=7,
+        vector_widths={"x": 8, "cos": 8, "sin": 8, "x2": 4},
+    )
+
+
+def test_derived_winner_margin_bandwidth_and_share():
+    kernel = rope_kernel_report()
+    assert kernel.winner.config == {"ROWS": 4, "num_warps": 4, "V": 8}
+    assert kernel.margin == pytest.approx(1.25)
+    assert kernel.achieved_gbps == pytest.approx(4.0)  # 4e6 bytes in 1 ms
+    assert kernel.copy_share(8.0) == pytest.approx(0.5)
+    assert kernel.copy_share(None) is None
+
+
+def test_all_failed_kernel_has_no_winner():
+    kernel = KernelReport("k", "key", [ConfigResult({"V": 1}, error="boom")], 10, {}, 0.1, 0, {})
+    assert kernel.winner is None and kernel.margin is None and kernel.achieved_gbps is None
+
+
+def test_config_needs_timings_or_an_error():
+    with pytest.raises(ValueError):
+        ConfigResult({"V": 1}, p50_ms=1.0)
+
+
+def test_json_has_every_field(tmp_path):
+    paths = write_report([rope_kernel_report()], tmp_path, device="NVIDIA H200", copy_gbps=4300.0, interpreter=False)
+    report = json.loads(paths["json"].read_text())
+    assert {"format", "interpreter", "timings_note", "device", "copy_gbps", "kernels"} <= report.keys()
+    assert report["interpreter"] is False and report["device"] == "NVIDIA H200"
+    (kernel,) = report["kernels"]
+    assert {
+        "name", "key", "configs", "bytes_moved", "access_widths", "compile_s", "cache_hits",
+        "vector_widths", "winner", "margin", "achieved_gbps", "copy_share",
+    } <= kernel.keys()
+    assert kernel["winner"] == {"ROWS": 4, "num_warps": 4, "V": 8}
+    assert kernel["access_widths"] == {"ld": {"16": 3, "8": 2}, "st": {"16": 1}}
+    assert kernel["configs"][2]["error"].startswith("out of resources")
+    assert kernel["configs"][0] == {"config": {"ROWS": 4, "num_warps": 4, "V": 8},
+                                    "p20_ms": 0.9, "p50_ms": 1.0, "p80_ms": 1.2, "error": None}
+    assert "not GPU timings" not in paths["md"].read_text()
+
+
+def test_interpreter_report_says_so_first(tmp_path):
+    paths = write_report([rope_kernel_report()], tmp_path, device="cpu", copy_gbps=None, interpreter=True)
+    first_lines = paths["md"].read_text().splitlines()[:3]
+    assert "interpreter" in first_lines[0] and "CPU" in first_lines[0] and "NOT GPU timings" in first_lines[0]
+    assert any(INTERPRETER_NOTE in line for line in first_lines)
+    report = json.loads(paths["json"].read_text())
+    assert report["interpreter"] is True and report["timings_note"] == INTERPRETER_NOTE
+    assert list(report)[:3] == ["format", "interpreter", "timings_note"]
+
+
+def test_markdown_shows_every_config_failure_reason_and_summary(tmp_path):
+    markdown = write_report(
+        [rope_kernel_report()], tmp_path, device="NVIDIA H200", copy_gbps=8.0, interpreter=False
+    )["md"].read_text()
+    assert "| ROWS=64, num_warps=1, V=8 | - | - | - | failed: out of resources: shared memory \\| 232448 |" in markdown
+    assert "| ROWS=4, num_warps=4, V=8 | 0.9000 | 1.0000 | 1.2000 | winner |" in markdown
+    for expected in ("1.25x over the runner-up", "4,000,000", "4.0 GB/s", "50% of copy bandwidth",
+                     "loads 16 B x3, 8 B x2; stores 16 B x1", "x2: 4", "1.50 s", "cache hits: 7"):
+        assert expected in markdown
+
+
+def test_png_written_when_matplotlib_present(tmp_path):
+    pytest.importorskip("matplotlib")
+    paths = write_report([rope_kernel_report()], tmp_path, device="cpu", copy_gbps=None, interpreter=True)
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "report.png" in paths["md"].read_text()
+
+
+def test_without_matplotlib_png_is_skipped_and_md_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    paths = write_report([rope_kernel_report()], tmp_path, device="cpu", copy_gbps=None, interpreter=True)
+    assert "png" not in paths and not (tmp_path / "report.png").exists()
+    assert "matplotlib is not installed" in paths["md"].read_text()

@@ -1,0 +1,21 @@
+"""The Triton executor for `ir.jit`: fused pad/cat/slice/cast/broadcast/elementwise kernels with
+resize-aware vectorized accesses.
+
+    jfn = ir.jit(fn, executors=[triton_exec.executor])      # or executors=["triton"]
+    triton_exec.last_kernels(jfn)                           # the kernels of the last call
+"""
+import ir
+from triton_exec.executor import KernelRecord, TritonExecutor
+
+executor = ir.register_executor(TritonExecutor())
+executor_without_vectorization = ir.register_executor(
+    TritonExecutor(vectorize=False, name="triton_novec"))
+
+
+def last_kernels(jfn) -> list[KernelRecord]:
+    """One record per kernel of the cache entry that the last call of `jfn` ran."""
+    return list(ir.last_entry(jfn).extra.get("triton", ()))
+
+
+__all__ = ["executor", "executor_without_vectorization", "last_kernels", "KernelRecord",
+           "TritonExecutor"]

@@ -1,0 +1,428 @@
+"""Triton code generation for one fusion group.
+
+Every value of the group is an expression of the output index. The domain (the outputs' shape) is
+tiled [ROWS, COLS]: COLS walks the innermost dim, ROWS the flattened outer dims. `KernelWriter`
+walks from each output back to the loads, turning each prim into index arithmetic (slice: add the
+start; pad: subtract the low width and mask; cat: select a piece by comparing the index with the
+piece offsets; broadcast: drop the index; permute: reorder it) and collecting:
+
+- the kernel's parameters (pointers, strides, runtime sizes) and how the launcher fills them;
+- one `Access` per load and store, with the vector width the analysis allows;
+- the guards those widths rest on.
+
+Boundaries are literals in "constant values" mode; in "symbolic values" mode they are runtime
+integers passed divided by their guarded power-of-two divisor and multiplied back in the kernel, so
+Triton can prove what the analysis proved. Masks use only `idx < c` and `idx >= c`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ir import IntProxy, TensorProxy
+from triton_exec import vectorize
+from triton_exec.vectorize import Path
+
+TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
+            torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64",
+            torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8",
+            torch.bool: "tl.int1"}
+COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})",
+             "sin": "tl.sin({0})", "cos": "tl.cos({0})", "sqrt": "tl.sqrt({0})",
+             "rsqrt": "tl.rsqrt({0})", "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))",
+             "tanh": "2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0"}
+BINARY_SRC = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+              "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+              "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+              "gt": "{0} > {1}", "lt": "{0} < {1}", "ge": "{0} >= {1}", "le": "{0} <= {1}",
+              "eq": "{0} == {1}", "ne": "{0} != {1}"}
+
+
+@dataclasses.dataclass
+class Access:
+    """One global load or store of the kernel and its vector width (elements per access)."""
+
+    kind: str           # "load" or "store"
+    tensor: str         # the trace name of the tensor
+    what: str           # which part: "plain", "pad", "slice", "cat piece 1 of 2", ...
+    width: int
+
+    number: int = 0     # position among the kernel's accesses
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.number} {self.tensor} ({self.what})"
+
+
+@dataclasses.dataclass
+class Param:
+    """A kernel parameter and the launcher expression that fills it."""
+
+    name: str
+    launch: str         # Python source in the launcher's scope
+    kind: str           # "pointer", "int"
+    tensor: object = None
+
+
+@dataclasses.dataclass
+class Lowered:
+    """What the code generator produced for one group."""
+
+    name: str
+    source: str                 # the @triton.jit function
+    params: list                # Param, in kernel order (constexprs follow: ROWS, COLS)
+    accesses: list              # Access
+    guards: list                # (op, a, b) for the prologue
+    domain: tuple               # output shape (ints and IntProxies)
+    rows: object                # flattened outer extent (int or launcher expression)
+    cols: object                # innermost extent
+    outputs: list               # TensorProxy outputs, in store order
+    itemsizes: list             # itemsize of every access, for the launch heuristic
+    size_vars: list             # IntProxies of the trace that the kernel receives
+
+    @property
+    def vector_width(self) -> dict:
+        return {a.label: a.width for a in self.accesses}
+
+    @property
+    def min_width(self) -> int:
+        return min((a.width for a in self.accesses), default=1)
+
+    @property
+    def max_width(self) -> int:
+        return max((a.width for a in self.accesses), default=1)
+
+
+def _compute_dtype(dtype):
+    return COMPUTE_DTYPE.get(dtype, dtype)
+
+
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+    return repr(value)
+
+
+class KernelWriter:
+    """Builds one kernel: lines of its body, its parameters, its accesses and guards."""
+
+    def __init__(self, values, producers, vectorize_enabled: bool):
+        self.values = values                  # id(input Var) -> example runtime value
+        self.producers = producers            # id(Var) -> the group equation defining it
+        self.vectorize = vectorize_enabled
+        self.lines: list[str] = []
+        self.prelude: list[str] = []        # runtime sizes and strides multiplied back
+        self.size_objects: list = []        # the IntProxies the kernel receives
+        self.params: list[Param] = []
+        self.accesses: list[Access] = []
+        self.guards: list = []
+        self.itemsizes: list = []
+        self.memo: dict = {}
+        self.counter = 0
+        self.size_names: dict[int, str] = {}
+
+    # ---- names -------------------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def let(self, prefix: str, expr: str, comment: str = "") -> str:
+        name = self.fresh(prefix)
+        self.lines.append(f"{name} = {expr}" + (f"  # {comment}" if comment else ""))
+        return name
+
+    def size(self, x) -> str:
+        """Kernel source for an integer of the trace: a literal, or a runtime parameter."""
+        if not isinstance(x, IntProxy):
+            return str(int(x))
+        if id(x) not in self.size_names:
+            scale = vectorize.divisor_of(x) if self.vectorize else 1
+            if scale > 1:
+                self.guards.append(("divisible", x, scale))
+                self.params.append(Param(f"{x.name}_div{scale}", f"{x.name} // {scale}", "int"))
+                self.prelude.append(f"{x.name} = {x.name}_div{scale} * {scale}")
+            else:
+                self.params.append(Param(x.name, x.name, "int"))
+            self.size_names[id(x)] = x.name
+            self.size_objects.append(x)
+        return self.size_names[id(x)]
+
+    # ---- loads and values ----------------------------------------------------------------
+    def load(self, t: TensorProxy, idx, mask: str, path: Path, what: str) -> str:
+        example = self.values[id(t)]
+        ptr = f"{t.name}_ptr"
+        if not any(p.name == ptr for p in self.params):
+            self.params.append(Param(ptr, t.name, "pointer", t))
+        terms, outer_strides = [], []
+        inner = t.ndim - 1
+        for d, (i, s) in enumerate(zip(idx, t.shape)):
+            if not isinstance(s, IntProxy) and s == 1:
+                continue
+            stride = example.stride(d)
+            if d == inner and stride == 1:
+                self.guards.append(("stride_eq", t, (d, 1)))
+                terms.append(i)
+                continue
+            outer_strides.append(stride)
+            scale = vectorize.pow2_divisor(stride) if self.vectorize else 1
+            pname = f"{t.name}_stride{d}"
+            if not any(p.name.startswith(pname) for p in self.params):
+                if scale > 1:
+                    self.guards.append(("stride_divisible", t, (d, scale)))
+                    self.params.append(Param(f"{pname}_div{scale}",
+                                             f"{t.name}.stride({d}) // {scale}", "int"))
+                    self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
+                else:
+                    self.params.append(Param(pname, f"{t.name}.stride({d})", "int"))
+            terms.append(f"({i}) * {pname}")
+        inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
+        inner_stride = example.stride(inner) if t.ndim else 0
+        width = vectorize.load_width(inner_path, example.element_size(),
+                                     t.shape[-1] if t.ndim else 1, inner_stride, outer_strides,
+                                     example.data_ptr(), self.vectorize)
+        if width > 1:
+            self.guards.append(("aligned", t, 16))
+        self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
+        self.itemsizes.append(example.element_size())
+        offset = " + ".join(terms) if terms else "0"
+        value = self.let("v", f"tl.load({ptr} + {offset}, mask={mask}, other=0)",
+                         f"{t.name}: {what}, {width} per access")
+        if t.dtype in COMPUTE_DTYPE:
+            value = self.let("v", f"{value}.to(tl.float32)")
+        return value
+
+    def value(self, v, idx, mask: str, path: Path, what: str = "plain") -> str:
+        """Kernel name of the tile holding v at index idx (one index string per dim of v)."""
+        if not isinstance(v, TensorProxy):
+            return _literal(v) if not isinstance(v, IntProxy) else self.size(v)
+        key = (id(v), tuple(idx), mask)
+        if key in self.memo:
+            return self.memo[key]
+        eqn = self.producers.get(id(v))
+        result = (self.load(v, idx, mask, path, what) if eqn is None
+                  else LOWERING[eqn.prim.name](self, eqn, idx, mask, path))
+        self.memo[key] = result
+        return result
+
+
+def _is_inner_index(i: str) -> bool:
+    """Whether an index expression walks the domain's columns one element at a time."""
+    return i.startswith("cols")
+
+
+# ---- per-prim lowering rules: (writer, eqn, idx, mask, path) -> value name --------------------
+
+def _elementwise(w, eqn, idx, mask, path):
+    args = [w.value(a, idx, mask, path) for a in eqn.args]
+    name = eqn.prim.name
+    if name in UNARY_SRC:
+        return w.let("v", UNARY_SRC[name].format(*args))
+    if name == "pow":
+        return w.let("v", " * ".join([args[0]] * int(eqn.args[1])) if eqn.args[1] else "1")
+    return w.let("v", BINARY_SRC[name].format(*args))
+
+
+def _convert(w, eqn, idx, mask, path):
+    src = w.value(eqn.args[0], idx, mask, path)
+    to = eqn.params["dtype"]
+    if to == torch.bool:
+        return w.let("v", f"{src} != 0")
+    if to in COMPUTE_DTYPE:     # round to the narrow type as eager does, compute in fp32
+        return w.let("v", f"{src}.to({TL_DTYPE[to]}).to(tl.float32)")
+    return w.let("v", f"{src}.to({TL_DTYPE[to]})")
+
+
+def _where(w, eqn, idx, mask, path):
+    c, a, b = (w.value(x, idx, mask, path) for x in eqn.args)
+    return w.let("v", f"tl.where({c}, {a}, {b})")
+
+
+def _full(w, eqn, idx, mask, path):
+    dtype = _compute_dtype(eqn.params["dtype"])
+    return w.let("v", f"tl.full([ROWS, COLS], {_literal(eqn.params['value'])}, "
+                      f"{TL_DTYPE[dtype]})")
+
+
+def _shift(i: str, by) -> str:
+    return i if by == "0" else f"{i} - {by}"
+
+
+def _slice(w, eqn, idx, mask, path):
+    t, starts, stops, steps = eqn.args
+    new, inner = [], len(idx) - 1
+    for d, (i, start, step) in enumerate(zip(idx, starts, steps)):
+        s = w.size(start)
+        expr = i if step == 1 else f"({i}) * {step}"
+        expr = expr if s == "0" else f"{expr} + {s}"
+        new.append(expr)
+        if d == inner:
+            path = path.through(start, t.shape[d]) if step == 1 else path.broken()
+    return w.value(t, new, mask, path, "slice")
+
+
+def _pad(w, eqn, idx, mask, path):
+    t, config = eqn.args
+    new, conds, inner = [], [], len(idx) - 1
+    for d, (i, (lo, hi)) in enumerate(zip(idx, config)):
+        if not isinstance(lo, IntProxy) and not isinstance(hi, IntProxy) and lo == hi == 0:
+            new.append(i)
+            continue
+        lo_s, size_s = w.size(lo), w.size(t.shape[d])
+        conds.append(f"({i} >= {lo_s})")
+        conds.append(f"({i} < {lo_s} + {size_s})")
+        new.append(_shift(i, lo_s))
+        if d == inner:
+            path = path.through(lo, hi, t.shape[d])
+    valid = w.let("m", " & ".join(conds), "inside the unpadded input")
+    inner_value = w.value(t, new, f"{mask} & {valid}", path, "pad")
+    pad_value = _literal(eqn.params["value"])
+    return w.let("v", f"tl.where({valid}, {inner_value}, {pad_value})")
+
+
+def _cat(w, eqn, idx, mask, path):
+    pieces, d = eqn.args[0], eqn.params["dim"]
+    i = idx[d]
+    offset_names = _offsets(w, pieces, d)
+    values = []
+    for k, p in enumerate(pieces):
+        lo, hi = offset_names[k], offset_names[k + 1]
+        lower = "" if lo == "0" else f" & ({i} >= {lo})"
+        cond = w.let("m", f"{mask}{lower} & ({i} < {hi})", f"cat piece {k} of {len(pieces)}")
+        piece_idx = list(idx)
+        piece_idx[d] = _shift(i, lo)
+        piece_path = path.through(*_boundaries(pieces, d, k)) if d == len(idx) - 1 else path
+        values.append(w.value(p, piece_idx, cond, piece_path,
+                              f"cat piece {k} of {len(pieces)}"))
+    result = values[-1]
+    for k in range(len(pieces) - 2, -1, -1):
+        result = w.let("v", f"tl.where({i} < {offset_names[k + 1]}, {values[k]}, {result})")
+    return result
+
+
+def _offsets(w, pieces, d):
+    """Source for each piece's start offset along the cat dim, and the total at the end."""
+    names = ["0"]
+    for p in pieces:
+        size, total = w.size(p.shape[d]), names[-1]
+        if total.isdigit() and size.isdigit():
+            names.append(str(int(total) + int(size)))
+        else:
+            names.append(size if total == "0" else w.let("c", f"{total} + {size}"))
+    return names
+
+
+def _boundaries(pieces, d, k):
+    """The sizes whose sums are piece k's start and end offsets (gcd of the parts divides them)."""
+    return [p.shape[d] for p in pieces[:k + 1]]
+
+
+def _broadcast(w, eqn, idx, mask, path):
+    t, shape = eqn.args
+    dims = eqn.params["dims"]
+    new = []
+    for j, d in enumerate(dims):
+        s = t.shape[j]
+        broadcast = not isinstance(s, IntProxy) and s == 1 and not (
+            not isinstance(shape[d], IntProxy) and shape[d] == 1)
+        new.append("0" if broadcast else idx[d])
+    if t.ndim and (len(idx) - 1 not in dims or new[-1] == "0"):
+        path = path.broken()
+    return w.value(t, new, mask, path)
+
+
+def _permute(w, eqn, idx, mask, path):
+    t = eqn.args[0]
+    perm = eqn.params["perm"]
+    new = [None] * len(perm)
+    for i, p in enumerate(perm):
+        new[p] = idx[i]
+    if perm and perm[-1] != len(perm) - 1:
+        path = path.broken()
+    return w.value(t, new, mask, path)
+
+
+def _reshape(w, eqn, idx, mask, path):
+    t, shape = eqn.args
+    kept_out = [i for i, s in zip(idx, shape) if isinstance(s, IntProxy) or s != 1]
+    kept_in = [s for s in t.shape if isinstance(s, IntProxy) or s != 1]
+    if len(kept_out) == len(kept_in) and all(
+            a is b or (not isinstance(a, IntProxy) and not isinstance(b, IntProxy) and a == b)
+            for a, b in zip(kept_in, [s for s in shape if isinstance(s, IntProxy) or s != 1])):
+        it = iter(kept_out)
+        new = [next(it) if isinstance(s, IntProxy) or s != 1 else "0" for s in t.shape]
+        return w.value(t, new, mask, path)
+    # A general reshape: through the linear index of the row-major layout.
+    linear = idx[-1] if idx else "0"
+    stride = w.size(shape[-1]) if shape else "1"
+    for i, s in zip(reversed(idx[:-1]), reversed(shape[:-1])):
+        linear = f"{linear} + ({i}) * {stride}"
+        stride = f"{stride} * {w.size(s)}"
+    flat = w.let("r", linear, "linear index through a reshape")
+    new, inner = [], "1"
+    for s in reversed(t.shape):
+        new.append(f"({flat} // ({inner})) % {w.size(s)}")
+        inner = f"{inner} * {w.size(s)}"
+    return w.value(t, list(reversed(new)), mask, path.broken())
+
+
+LOWERING = {"convert_element_type": _convert, "where": _where, "full": _full, "slice": _slice,
+            "pad": _pad, "cat": _cat, "broadcast_in_dim": _broadcast, "permute": _permute,
+            "reshape": _reshape}
+for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
+    LOWERING[_name] = _elementwise
+
+
+# ---- the kernel: domain tiling, values, stores ---------------------------------------------
+
+def lower_group(name, eqns, outputs, values, vectorize_enabled: bool) -> Lowered:
+    """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel."""
+    domain = tuple(outputs[0].shape) or (1,)
+    w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled)
+    sizes = [w.size(s) for s in domain]
+    cols_extent = sizes[-1]
+    rows_extent = " * ".join(sizes[:-1]) or "1"
+    outer = [f"o{d}" for d in range(len(domain) - 1)]
+    header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
+              "innermost dim",
+              "pid = tl.program_id(0)",
+              f"col_blocks = ({cols_extent} + COLS - 1) // COLS",
+              "rows = (pid // col_blocks).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
+              "cols = (pid % col_blocks) * COLS + tl.arange(0, COLS)[None, :]",
+              f"in_domain = (rows < {rows_extent}) & (cols < {cols_extent})"]
+    if outer:
+        header.append("# Outer indices of the output, from the row index")
+        inner = None
+        for d in range(len(outer) - 1, -1, -1):
+            base = "rows" if inner is None else f"(rows // ({inner}))"
+            header.append(f"{outer[d]} = {base} % {sizes[d]}" if d else f"o0 = {base}")
+            inner = sizes[d] if inner is None else f"{inner} * {sizes[d]}"
+    w.lines.append("# Values, as functions of the output index")
+    index = outer + ["cols"] if outputs[0].shape else ["cols"]
+    start = Path().through(domain[-1])
+    stores = []
+    for k, out in enumerate(outputs):
+        val = w.value(out, index if out.shape else [], "in_domain", start)
+        width = vectorize.store_width(out.dtype.itemsize, domain[-1], vectorize_enabled)
+        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
+        w.itemsizes.append(out.dtype.itemsize)
+        w.params.append(Param(f"out{k}_ptr", f"out{k}", "pointer"))
+        stores.append(f"tl.store(out{k}_ptr + rows * {cols_extent} + cols, "
+                      f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
+                      f"# {out.name}, {width} per access")
+    signature = ", ".join([p.name for p in w.params] + ["ROWS: tl.constexpr", "COLS: tl.constexpr"])
+    prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two divisor"
+               ] + w.prelude if w.prelude else []
+    body = prelude + header + w.lines + ["# Stores"] + stores
+    source = "@triton.jit\ndef {}({}):\n{}\n".format(
+        name, signature, "\n".join("    " + line for line in body))
+    return Lowered(name, source, w.params, w.accesses, w.guards, domain,
+                   rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects)

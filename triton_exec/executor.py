@@ -1,0 +1,132 @@
+"""The Triton executor: a fusion pass that replaces each fusion group by one kernel launch.
+
+For each group it generates the kernel (`codegen`), imports it from a file (`launch`), builds
+the launcher, and records a `KernelRecord` that `triton_exec.last_kernels` returns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import ir
+from ir.prims import Prim
+from ir.proxies import IntProxy, hint
+from ir.trace import Eqn, render_eqn
+from triton_exec import fusion, launch, offline
+from triton_exec.codegen import Lowered, lower_group
+
+
+@dataclasses.dataclass
+class KernelRecord:
+    """One generated kernel, as a user inspects it."""
+
+    name: str
+    source: str                 # the Triton kernel
+    launcher_source: str        # the Python that launches it
+    lowered: Lowered
+    config: launch.LaunchConfig
+    example_args: dict          # kernel parameter -> value in the call that built it
+    kernel: object
+    compile_s: float = 0.0
+    launches: int = 0
+
+    @property
+    def vector_width(self) -> dict:
+        """Elements per access, per load/store of the kernel (the analysis' V)."""
+        return self.lowered.vector_width
+
+    @property
+    def min_vector_width(self) -> int:
+        return self.lowered.min_width
+
+    def ptx(self, arch: int = 90) -> str:
+        """The kernel compiled offline for sm_<arch>, specialized as a launch on the inputs that
+        built it would be (pointer alignment, divisible and unit integers, constexprs)."""
+        signature, constexprs, divisible = launch.launch_specialization(
+            self.lowered, self.example_args, self.config)
+        return offline.compile_ptx(self.kernel, signature, constexprs, divisible,
+                                   self.config.num_warps, arch)
+
+    def access_widths(self, arch: int = 90) -> dict:
+        """Counts of global loads and stores by width in bytes, read from the PTX."""
+        return offline.access_widths(self.ptx(arch))
+
+
+class FusionPrim(Prim):
+    """The prim of one fusion-group call in a trace; prints as the launcher call."""
+
+
+def _fusion_render(eqn: Eqn):
+    args = ", ".join(a.name for a in eqn.args)
+    body = [line for e in eqn.params["body"] for line in render_eqn(e)]
+    return f"{eqn.prim.name}({args})", body
+
+
+class TritonExecutor(ir.Executor):
+    """Fuses pad/cat/slice/cast/broadcast/elementwise groups into Triton kernels."""
+
+    name = "triton"
+
+    def __init__(self, vectorize: bool = True, name: str = "triton"):
+        self.vectorize = vectorize
+        self.name = name
+
+    def fusion_pass(self, trace, ctx):
+        groups = fusion.partition(trace)
+        if not groups:
+            return trace
+        replaced = {}
+        records = ctx.extra.setdefault("triton", [])
+        for group in groups:
+            eqn, record = self._fuse(trace, group, ctx, len(records))
+            records.append(record)
+            replaced[group[-1]] = eqn
+            for i in group[:-1]:
+                replaced[i] = None
+        eqns = []
+        for i, e in enumerate(trace.eqns):
+            new = replaced.get(i, e)
+            if new is not None:
+                eqns.append(new)
+        return trace.replace(eqns=tuple(eqns), provenance=f"Fusion by the {self.name} executor")
+
+    def _fuse(self, trace, group, ctx, number):
+        start = time.perf_counter()
+        name = f"{self.name}_fusion_{number}"
+        body = [trace.eqns[i] for i in group]
+        root = body[-1]
+        values = dict(ctx.values)
+        inputs = fusion.group_inputs(trace, group)
+        lowered = lower_group(f"{name}_kernel", body, list(root.outs), values, self.vectorize)
+        for g in lowered.guards:
+            ctx.add_guard(g)
+        args = inputs + lowered.size_vars
+        kernel = launch.load_kernel(f"{name}_kernel", lowered.source)
+        rows_hint = 1
+        for s in lowered.domain[:-1]:
+            rows_hint *= hint(s)
+        config = launch.heuristic_config(lowered, rows_hint, hint(lowered.domain[-1]))
+        device = root.out.device
+        launcher, launcher_src = launch.build_launcher(
+            name, lowered, kernel, [a.name for a in args], config, device)
+        example = {a.name: (values[id(a)] if id(a) in values else None) for a in inputs}
+        example.update({v.name: hint(v) for v in lowered.size_vars})
+        example.update({f"out{k}": _example_output(o) for k, o in enumerate(lowered.outputs)})
+        example_args = {p.name: eval(p.launch, {}, example) for p in lowered.params}
+        prim = FusionPrim(name, "fusion", None, None)
+        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher}, root.outs,
+                  executor=self)
+        record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
+                              example_args, kernel, time.perf_counter() - start)
+        return eqn, record
+
+    def render(self, eqn):
+        return _fusion_render(eqn)
+
+    def namespace(self, eqn):
+        return {eqn.prim.name: eqn.params["launcher"]}
+
+
+def _example_output(out):
+    import torch
+    return torch.empty([hint(s) for s in out.shape], dtype=out.dtype, device="meta")
