@@ -83,6 +83,7 @@ class Lowered:
     outputs: list               # TensorProxy outputs, in store order
     itemsizes: list             # itemsize of every access, for the launch heuristic
     size_vars: list             # IntProxies of the trace that the kernel receives
+    aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
 
     @property
     def vector_width(self) -> dict:
@@ -115,9 +116,10 @@ def _literal(value) -> str:
 class KernelWriter:
     """Builds one kernel: lines of its body, its parameters, its accesses and guards."""
 
-    def __init__(self, values, producers, vectorize_enabled: bool):
+    def __init__(self, values, producers, vectorize_enabled: bool, max_vector: int):
         self.values = values                  # id(input Var) -> example runtime value
         self.producers = producers            # id(Var) -> the group equation defining it
+        self.max_vector = max_vector          # 16 bytes of the group's narrowest dtype
         self.vectorize = vectorize_enabled
         self.lines: list[str] = []
         self.prelude: list[str] = []        # runtime sizes and strides multiplied back
@@ -128,7 +130,7 @@ class KernelWriter:
         self.itemsizes: list = []
         self.memo: dict = {}
         self.counter = 0
-        self.size_names: dict[int, str] = {}
+        self.size_params: dict[int, int] = {}     # id(IntProxy) -> its position in params
 
     # ---- names -------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:
@@ -140,21 +142,23 @@ class KernelWriter:
         self.lines.append(f"{name} = {expr}" + (f"  # {comment}" if comment else ""))
         return name
 
-    def size(self, x) -> str:
-        """Kernel source for an integer of the trace: a literal, or a runtime parameter."""
+    def size(self, x, inner: bool = False) -> str:
+        """Kernel source for an integer of the trace: a literal, or a runtime parameter. A
+        runtime size used along the innermost dim (`inner`) arrives divided by its guarded
+        power-of-two divisor, so Triton can prove what the vectorization analysis proved."""
         if not isinstance(x, IntProxy):
             return str(int(x))
-        if id(x) not in self.size_names:
-            scale = vectorize.divisor_of(x) if self.vectorize else 1
-            if scale > 1:
-                self.guards.append(("divisible", x, scale))
-                self.params.append(Param(f"{x.name}_div{scale}", f"{x.name} // {scale}", "int"))
-                self.prelude.append(f"{x.name} = {x.name}_div{scale} * {scale}")
-            else:
-                self.params.append(Param(x.name, x.name, "int"))
-            self.size_names[id(x)] = x.name
+        if id(x) not in self.size_params:
+            self.size_params[id(x)] = len(self.params)
+            self.params.append(Param(x.name, x.name, "int"))
             self.size_objects.append(x)
-        return self.size_names[id(x)]
+        scale = vectorize.divisor_of(x, self.max_vector)
+        at = self.size_params[id(x)]
+        if inner and self.vectorize and scale > 1 and self.params[at].name == x.name:
+            self.guards.append(("divisible", x, scale))
+            self.params[at] = Param(f"{x.name}_div{scale}", f"{x.name} // {scale}", "int")
+            self.prelude.append(f"{x.name} = {x.name}_div{scale} * {scale}")
+        return x.name
 
     # ---- loads and values ----------------------------------------------------------------
     def load(self, t: TensorProxy, idx, mask: str, path: Path, what: str) -> str:
@@ -173,7 +177,7 @@ class KernelWriter:
                 terms.append(i)
                 continue
             outer_strides.append(stride)
-            scale = vectorize.pow2_divisor(stride) if self.vectorize else 1
+            scale = vectorize.pow2_divisor(stride, self.max_vector) if self.vectorize else 1
             pname = f"{t.name}_stride{d}"
             if not any(p.name.startswith(pname) for p in self.params):
                 if scale > 1:
@@ -252,15 +256,20 @@ def _full(w, eqn, idx, mask, path):
                       f"{TL_DTYPE[dtype]})")
 
 
-def _shift(i: str, by) -> str:
-    return i if by == "0" else f"{i} - {by}"
+def _shift(i: str, by: str) -> str:
+    """i - by, folding i = "j + by" back to j."""
+    if by == "0":
+        return i
+    if i.endswith(f" + {by}"):
+        return i[:-len(f" + {by}")]
+    return f"{i} - {by}"
 
 
 def _slice(w, eqn, idx, mask, path):
     t, starts, stops, steps = eqn.args
     new, inner = [], len(idx) - 1
     for d, (i, start, step) in enumerate(zip(idx, starts, steps)):
-        s = w.size(start)
+        s = w.size(start, inner=d == inner)
         expr = i if step == 1 else f"({i}) * {step}"
         expr = expr if s == "0" else f"{expr} + {s}"
         new.append(expr)
@@ -276,7 +285,7 @@ def _pad(w, eqn, idx, mask, path):
         if not isinstance(lo, IntProxy) and not isinstance(hi, IntProxy) and lo == hi == 0:
             new.append(i)
             continue
-        lo_s, size_s = w.size(lo), w.size(t.shape[d])
+        lo_s, size_s = w.size(lo, inner=d == inner), w.size(t.shape[d], inner=d == inner)
         conds.append(f"({i} >= {lo_s})")
         conds.append(f"({i} < {lo_s} + {size_s})")
         new.append(_shift(i, lo_s))
@@ -291,7 +300,7 @@ def _pad(w, eqn, idx, mask, path):
 def _cat(w, eqn, idx, mask, path):
     pieces, d = eqn.args[0], eqn.params["dim"]
     i = idx[d]
-    offset_names = _offsets(w, pieces, d)
+    offset_names = _offsets(w, pieces, d, inner=d == len(idx) - 1)
     values = []
     for k, p in enumerate(pieces):
         lo, hi = offset_names[k], offset_names[k + 1]
@@ -308,11 +317,11 @@ def _cat(w, eqn, idx, mask, path):
     return result
 
 
-def _offsets(w, pieces, d):
+def _offsets(w, pieces, d, inner: bool):
     """Source for each piece's start offset along the cat dim, and the total at the end."""
     names = ["0"]
     for p in pieces:
-        size, total = w.size(p.shape[d]), names[-1]
+        size, total = w.size(p.shape[d], inner), names[-1]
         if total.isdigit() and size.isdigit():
             names.append(str(int(total) + int(size)))
         else:
@@ -386,8 +395,11 @@ for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
 def lower_group(name, eqns, outputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel."""
     domain = tuple(outputs[0].shape) or (1,)
-    w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled)
-    sizes = [w.size(s) for s in domain]
+    itemsizes = [t.dtype.itemsize for e in eqns for t in (*e.input_vars(), *e.outs)
+                 if isinstance(t, TensorProxy)]
+    w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled,
+                     vectorize.ACCESS_BYTES // min(itemsizes))
+    sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]
     rows_extent = " * ".join(sizes[:-1]) or "1"
     outer = [f"o{d}" for d in range(len(domain) - 1)]
@@ -422,7 +434,12 @@ def lower_group(name, eqns, outputs, values, vectorize_enabled: bool) -> Lowered
     prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two divisor"
                ] + w.prelude if w.prelude else []
     body = prelude + header + w.lines + ["# Stores"] + stores
-    source = "@triton.jit\ndef {}({}):\n{}\n".format(
-        name, signature, "\n".join("    " + line for line in body))
+    pointers = [p.name for p in w.params if p.kind == "pointer"]
+    decorator = "@triton.jit" if vectorize_enabled else (
+        "# The vectorization analysis is off: pointer alignment stays unknown to Triton\n"
+        f"@triton.jit(do_not_specialize_on_alignment={pointers})")
+    source = "{}\ndef {}({}):\n{}\n".format(
+        decorator, name, signature, "\n".join("    " + line for line in body))
     return Lowered(name, source, w.params, w.accesses, w.guards, domain,
-                   rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects)
+                   rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
+                   vectorize_enabled)

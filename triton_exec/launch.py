@@ -127,7 +127,7 @@ def launch_specialization(lowered: Lowered, example_args: dict, config: LaunchCo
         value = example_args[p.name]
         if p.kind == "pointer":
             signature[p.name] = "*" + _triton_type(value.dtype)
-            if value.data_ptr() % 16 == 0:
+            if lowered.aligned_pointers and value.data_ptr() % 16 == 0:
                 divisible.append(p.name)
         elif value == 1:
             signature[p.name] = "constexpr"
