@@ -23,6 +23,7 @@ import torch
 
 from ir import IntProxy, TensorProxy
 from triton_exec import vectorize
+from triton_exec.merge import merge_inner_dims
 from triton_exec.vectorize import Path
 
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
@@ -120,6 +121,7 @@ class KernelWriter:
         self.values = values                  # id(input Var) -> example runtime value
         self.producers = producers            # id(Var) -> the group equation defining it
         self.max_vector = max_vector          # 16 bytes of the group's narrowest dtype
+        self.stride_dims: dict = {}           # id(input) -> its original dim per dim (merges)
         self.vectorize = vectorize_enabled
         self.lines: list[str] = []
         self.prelude: list[str] = []        # runtime sizes and strides multiplied back
@@ -168,28 +170,30 @@ class KernelWriter:
             self.params.append(Param(ptr, t.name, "pointer", t))
         terms, outer_strides = [], []
         inner = t.ndim - 1
+        original_dims = self.stride_dims.get(id(t), range(t.ndim))
         for d, (i, s) in enumerate(zip(idx, t.shape)):
             if not isinstance(s, IntProxy) and s == 1:
                 continue
-            stride = example.stride(d)
+            stride = example.stride(original_dims[d])
             if d == inner and stride == 1:
-                self.guards.append(("stride_eq", t, (d, 1)))
+                self.guards.append(("stride_eq", t, (original_dims[d], 1)))
                 terms.append(i)
                 continue
             outer_strides.append(stride)
             scale = vectorize.pow2_divisor(stride, self.max_vector) if self.vectorize else 1
-            pname = f"{t.name}_stride{d}"
+            od = original_dims[d]
+            pname = f"{t.name}_stride{od}"
             if not any(p.name.startswith(pname) for p in self.params):
                 if scale > 1:
-                    self.guards.append(("stride_divisible", t, (d, scale)))
+                    self.guards.append(("stride_divisible", t, (od, scale)))
                     self.params.append(Param(f"{pname}_div{scale}",
-                                             f"{t.name}.stride({d}) // {scale}", "int"))
+                                             f"{t.name}.stride({od}) // {scale}", "int"))
                     self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
                 else:
-                    self.params.append(Param(pname, f"{t.name}.stride({d})", "int"))
+                    self.params.append(Param(pname, f"{t.name}.stride({od})", "int"))
             terms.append(f"({i}) * {pname}")
         inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
-        inner_stride = example.stride(inner) if t.ndim else 0
+        inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
         width = vectorize.load_width(inner_path, example.element_size(),
                                      t.shape[-1] if t.ndim else 1, inner_stride, outer_strides,
                                      example.data_ptr(), self.vectorize)
@@ -392,13 +396,20 @@ for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
 
 # ---- the kernel: domain tiling, values, stores ---------------------------------------------
 
-def lower_group(name, eqns, outputs, values, vectorize_enabled: bool) -> Lowered:
+def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel."""
+    allocated = tuple(outputs[0].shape)
+    merged = merge_inner_dims(eqns, outputs, inputs, values)
+    if merged is not None:
+        eqns, outputs, values = merged.eqns, merged.outputs, merged.values
     domain = tuple(outputs[0].shape) or (1,)
     itemsizes = [t.dtype.itemsize for e in eqns for t in (*e.input_vars(), *e.outs)
                  if isinstance(t, TensorProxy)]
     w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled,
                      vectorize.ACCESS_BYTES // min(itemsizes))
+    if merged is not None:
+        w.stride_dims = merged.stride_dims
+        w.guards += [("stride_eq", t, dim_stride) for t, dim_stride in merged.contiguity]
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]
     rows_extent = " * ".join(sizes[:-1]) or "1"
@@ -440,6 +451,6 @@ def lower_group(name, eqns, outputs, values, vectorize_enabled: bool) -> Lowered
         f"@triton.jit(do_not_specialize_on_alignment={pointers})")
     source = "{}\ndef {}({}):\n{}\n".format(
         decorator, name, signature, "\n".join("    " + line for line in body))
-    return Lowered(name, source, w.params, w.accesses, w.guards, domain,
+    return Lowered(name, source, w.params, w.accesses, w.guards, allocated or (1,),
                    rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
                    vectorize_enabled)

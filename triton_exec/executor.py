@@ -97,7 +97,8 @@ class TritonExecutor(ir.Executor):
         root = body[-1]
         values = dict(ctx.values)
         inputs = fusion.group_inputs(trace, group)
-        lowered = lower_group(f"{name}_kernel", body, list(root.outs), values, self.vectorize)
+        lowered = lower_group(f"{name}_kernel", body, list(root.outs), inputs, values,
+                              self.vectorize)
         for g in lowered.guards:
             ctx.add_guard(g)
         args = inputs + lowered.size_vars

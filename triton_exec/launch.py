@@ -86,8 +86,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
 def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: LaunchConfig,
                     device) -> str:
     """Python source of the launcher: allocate outputs, compute the grid, launch."""
-    shape = "(" + ", ".join(_py(s) for s in lowered.domain[:len(lowered.outputs[0].shape)]) + \
-        ("," if len(lowered.outputs[0].shape) == 1 else "") + ")"
+    shape = "(" + ", ".join(_py(s) for s in lowered.domain) + \
+        ("," if len(lowered.domain) == 1 else "") + ")"
     lines = [f"def {name}({', '.join(arg_names)}):"]
     for k, out in enumerate(lowered.outputs):
         lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")

@@ -1,0 +1,120 @@
+"""Merging contiguous inner dims of a fusion group into one, so COLS spans them.
+
+A resize on a middle dim of `[1024, 1024, 2]` leaves the innermost extent at 2, which caps the
+vector width at 2. When every tensor of the group is contiguous across dims k..r-1 and nothing but
+dim k is resized, the group computes the same values on tensors viewed as `[..., s_k * P]` with
+P = the product of the inner extents, and every resize boundary on dim k scaled by P; the
+analysis then sees the merged ("projected") extent, as the reference implementation does.
+
+Example: `F.pad(x, (0, 0, 4, 4))` of x [1024, 1024, 2] becomes a pad (8, 8) of x viewed as
+[1024, 2048], whose fp32 loads can be 16-byte.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ir import IntProxy, TensorProxy
+from ir.trace import Eqn
+
+
+@dataclasses.dataclass
+class Merged:
+    eqns: list
+    outputs: list
+    values: dict         # id(merged input proxy) -> the original example tensor
+    stride_dims: dict    # id(merged input proxy) -> original dim of each merged dim
+    contiguity: list     # (tensor, (dim, stride)) guards that keep the merge valid
+    first: int           # k: the first merged dim
+
+
+def _constant(shape, dims) -> bool:
+    return all(not isinstance(shape[d], IntProxy) for d in dims)
+
+
+def _eqn_allows(eqn, k) -> bool:
+    name, args = eqn.prim.name, eqn.args
+    tensors = [v for v in (*eqn.input_vars(), *eqn.outs) if isinstance(v, TensorProxy)]
+    r = len(eqn.outs[0].shape)
+    if not all(len(t.shape) == r and _constant(t.shape, range(k, r)) for t in tensors):
+        return False
+    if name in ("reshape", "permute"):
+        return False
+    if name == "slice":
+        t, starts, stops, steps = args
+        return steps[k] == 1 and _constant(starts, [k]) and _constant(stops, [k]) and all(starts[d] == 0 and stops[d] == t.shape[d] and steps[d] == 1
+                                     for d in range(k + 1, r))
+    if name == "pad":
+        return _constant(args[1][k], [0, 1]) and all(lo == 0 and hi == 0
+                                                     for lo, hi in args[1][k + 1:])
+    if name == "cat":
+        return eqn.params["dim"] <= k
+    if name == "broadcast_in_dim":
+        t, shape = args
+        dims = eqn.params["dims"]
+        return (len(dims) == t.ndim and dims[-(r - k):] == tuple(range(k, r))
+                and tuple(t.shape[-(r - k):]) == tuple(shape[k:]))
+    return True
+
+
+def _input_allows(example, k) -> bool:
+    r = example.ndim
+    return all(example.stride(d) == example.stride(d + 1) * example.shape[d + 1]
+               for d in range(k, r - 1))
+
+
+def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
+    """The group rewritten on merged inner dims, or None when no merge applies."""
+    r = len(outputs[0].shape)
+    for k in range(0, r - 1):
+        if (all(_eqn_allows(e, k) for e in eqns)
+                and all(_input_allows(values[id(t)], k) for t in inputs)):
+            return _rewrite(eqns, outputs, inputs, values, k)
+    return None
+
+
+def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
+    r = len(outputs[0].shape)
+    inner = math.prod(outputs[0].shape[k + 1:])
+    proxies: dict[int, TensorProxy] = {}
+
+    def merged(t):
+        if not isinstance(t, TensorProxy):
+            return t
+        if id(t) not in proxies:
+            shape = tuple(t.shape[:k]) + (t.shape[k] * inner,)
+            proxies[id(t)] = TensorProxy(t.name, shape, t.dtype, t.device, t.requires_grad)
+        return proxies[id(t)]
+
+    new_eqns = []
+    for e in eqns:
+        args, params = tuple(_map(merged, e.args)), dict(e.params)
+        if e.prim.name == "slice":
+            t, starts, stops, _ = args
+            args = (t, starts[:k] + (starts[k] * inner,), stops[:k] + (stops[k] * inner,),
+                    e.args[3][:k + 1])
+        elif e.prim.name == "pad":
+            config = args[1]
+            args = (args[0], config[:k] + ((config[k][0] * inner, config[k][1] * inner),))
+        elif e.prim.name == "broadcast_in_dim":
+            t, shape = args
+            args = (t, tuple(shape[:k]) + (shape[k] * inner,))
+            params["dims"] = e.params["dims"][:t.ndim]
+        elif e.prim.name == "full":
+            args = (tuple(args[0][:k]) + (args[0][k] * inner,),)
+        new_eqns.append(Eqn(e.prim, args, params, tuple(merged(o) for o in e.outs)))
+    merged_values, stride_dims, contiguity = {}, {}, []
+    for t in inputs:
+        m = merged(t)
+        merged_values[id(m)] = values[id(t)]
+        stride_dims[id(m)] = list(range(k)) + [r - 1]
+        example = values[id(t)]
+        contiguity += [(t, (d, example.stride(d))) for d in range(k, r - 1)]
+    return Merged(new_eqns, [merged(o) for o in outputs], merged_values, stride_dims,
+                  contiguity, k)
+
+
+def _map(fn, x):
+    if isinstance(x, tuple):
+        return tuple(_map(fn, i) for i in x)
+    return fn(x)
