@@ -22,6 +22,7 @@ import math
 import torch
 
 from ir import IntProxy, TensorProxy
+from ir.proxies import same_size
 from triton_exec import vectorize
 from triton_exec.merge import merge_inner_dims
 from triton_exec.vectorize import Path
@@ -30,6 +31,7 @@ TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
             torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64",
             torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8",
             torch.bool: "tl.int1"}
+INT32_LIMIT = 2 ** 31
 COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})",
@@ -84,6 +86,7 @@ class Lowered:
     outputs: list               # TensorProxy outputs, in store order
     itemsizes: list             # itemsize of every access, for the launch heuristic
     size_vars: list             # IntProxies of the trace that the kernel receives
+    contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
 
     @property
@@ -122,6 +125,7 @@ class KernelWriter:
         self.producers = producers            # id(Var) -> the group equation defining it
         self.max_vector = max_vector          # 16 bytes of the group's narrowest dtype
         self.stride_dims: dict = {}           # id(input) -> its original dim per dim (merges)
+        self.contiguous_inputs: list = []     # inputs the launcher makes contiguous
         self.vectorize = vectorize_enabled
         self.lines: list[str] = []
         self.prelude: list[str] = []        # runtime sizes and strides multiplied back
@@ -164,10 +168,13 @@ class KernelWriter:
 
     # ---- loads and values ----------------------------------------------------------------
     def load(self, t: TensorProxy, idx, mask: str, path: Path, what: str) -> str:
-        example = self.values[id(t)]
-        ptr = f"{t.name}_ptr"
-        if not any(p.name == ptr for p in self.params):
-            self.params.append(Param(ptr, t.name, "pointer", t))
+        example = self.values.get(id(t))
+        if example is None:     # made by torch in this computation: the launcher makes it
+            example = _contiguous_example(t)     # contiguous, so its layout is known
+            self.contiguous_inputs.append(t.name)
+            if all(not isinstance(s, IntProxy) for s in t.shape):
+                return self.load_constant_layout(t, example, idx, mask, path, what)
+        self.add_pointer(t)
         terms, outer_strides = [], []
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
@@ -191,13 +198,38 @@ class KernelWriter:
                     self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
                 else:
                     self.params.append(Param(pname, f"{t.name}.stride({od})", "int"))
-            terms.append(f"({i}) * {pname}")
-        inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
+            # int64 products: a column index times a large stride can pass 2**31
+            terms.append(f"({i}).to(tl.int64) * {pname}" if _is_inner_index(i) else
+                         f"({i}) * {pname}")
         inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
+        if t.name in self.contiguous_inputs:     # runtime strides of unknown divisibility
+            outer_strides = [1] * len(outer_strides)
+        return self.emit_load(t, example, idx, terms, mask, path, what, inner_stride,
+                              outer_strides)
+
+    def load_constant_layout(self, t, example, idx, mask, path, what) -> str:
+        """A load from a contiguous tensor of constant shape: strides are literals."""
+        self.add_pointer(t)
+        terms = [i if example.stride(d) == 1 else f"({i}) * {example.stride(d)}"
+                 for d, (i, s) in enumerate(zip(idx, t.shape)) if s != 1]
+        outer = [example.stride(d) for d in range(t.ndim - 1) if t.shape[d] != 1]
+        return self.emit_load(t, example, idx, terms, mask, path, what,
+                              example.stride(t.ndim - 1) if t.ndim else 0, outer)
+
+    def add_pointer(self, t) -> str:
+        ptr = f"{t.name}_ptr"
+        if not any(p.name == ptr for p in self.params):
+            self.params.append(Param(ptr, t.name, "pointer", t))
+        return ptr
+
+    def emit_load(self, t, example, idx, terms, mask, path, what, inner_stride,
+                  outer_strides) -> str:
+        ptr = self.add_pointer(t)
+        inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
         width = vectorize.load_width(inner_path, example.element_size(),
                                      t.shape[-1] if t.ndim else 1, inner_stride, outer_strides,
-                                     example.data_ptr(), self.vectorize)
-        if width > 1:
+                                     _data_ptr(example), self.vectorize)
+        if width > 1 and t.name not in self.contiguous_inputs:
             self.guards.append(("aligned", t, 16))
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
@@ -220,6 +252,15 @@ class KernelWriter:
                   else LOWERING[eqn.prim.name](self, eqn, idx, mask, path))
         self.memo[key] = result
         return result
+
+
+def _contiguous_example(t):
+    return torch.empty([vectorize.hint_of(s) for s in t.shape], dtype=t.dtype, device="meta")
+
+
+def _data_ptr(example) -> int:
+    """Base address of an example input; 0 (aligned) for a tensor torch allocates at run time."""
+    return 0 if example.device.type == "meta" else example.data_ptr()
 
 
 def _is_inner_index(i: str) -> bool:
@@ -363,28 +404,68 @@ def _permute(w, eqn, idx, mask, path):
     return w.value(t, new, mask, path)
 
 
+def _linear(w, idx, shape) -> str:
+    """Row-major linear index of idx in shape, innermost term first."""
+    if not idx:
+        return "0"
+    linear, stride = idx[-1], w.size(shape[-1])
+    for i, s in zip(reversed(idx[:-1]), reversed(shape[:-1])):
+        linear = f"{linear} + ({i}) * {stride}"
+        stride = f"{stride} * {w.size(s)}"
+    return linear
+
+
+def _delinear(w, flat: str, shape) -> list:
+    """Index in shape of the row-major linear index `flat`."""
+    new, inner = [], "1"
+    for s in reversed(shape):
+        new.append(f"({flat} // ({inner})) % {w.size(s)}" if inner != "1" else
+                   f"{flat} % {w.size(s)}")
+        inner = w.size(s) if inner == "1" else f"{inner} * {w.size(s)}"
+    return list(reversed(new))
+
+
+def _inner_split(shape, in_shape):
+    """j such that shape[j:] splits the input's innermost dim (their product equals it), when the
+    sizes involved are known; the innermost index then stays contiguous through the reshape."""
+    if not shape or not in_shape:
+        return None
+    if same_size(shape[-1], in_shape[-1]):
+        return len(shape) - 1
+    product = 1
+    for j in range(len(shape) - 1, -1, -1):
+        if isinstance(shape[j], IntProxy) or isinstance(in_shape[-1], IntProxy):
+            return None
+        product *= shape[j]
+        if product == in_shape[-1]:
+            return j
+        if product > in_shape[-1]:
+            return None
+    return None
+
+
 def _reshape(w, eqn, idx, mask, path):
     t, shape = eqn.args
     kept_out = [i for i, s in zip(idx, shape) if isinstance(s, IntProxy) or s != 1]
     kept_in = [s for s in t.shape if isinstance(s, IntProxy) or s != 1]
     if len(kept_out) == len(kept_in) and all(
-            a is b or (not isinstance(a, IntProxy) and not isinstance(b, IntProxy) and a == b)
-            for a, b in zip(kept_in, [s for s in shape if isinstance(s, IntProxy) or s != 1])):
+            same_size(a, b) for a, b in
+            zip(kept_in, [s for s in shape if isinstance(s, IntProxy) or s != 1])):
         it = iter(kept_out)
         new = [next(it) if isinstance(s, IntProxy) or s != 1 else "0" for s in t.shape]
         return w.value(t, new, mask, path)
-    # A general reshape: through the linear index of the row-major layout.
-    linear = idx[-1] if idx else "0"
-    stride = w.size(shape[-1]) if shape else "1"
-    for i, s in zip(reversed(idx[:-1]), reversed(shape[:-1])):
-        linear = f"{linear} + ({i}) * {stride}"
-        stride = f"{stride} * {w.size(s)}"
-    flat = w.let("r", linear, "linear index through a reshape")
-    new, inner = [], "1"
-    for s in reversed(t.shape):
-        new.append(f"({flat} // ({inner})) % {w.size(s)}")
-        inner = f"{inner} * {w.size(s)}"
-    return w.value(t, list(reversed(new)), mask, path.broken())
+    j = _inner_split(shape, t.shape)
+    if j is not None:       # the innermost input index stays cols + (split dims) * extents
+        inner = _linear(w, idx[j:], shape[j:])
+        if j:
+            outer = w.let("r", _linear(w, idx[:j], shape[:j]), "outer index through a reshape")
+            new = _delinear(w, outer, t.shape[:-1]) + [inner]
+        else:
+            new = ["0"] * (t.ndim - 1) + [inner]
+        inner_path = path.through(shape[-1]) if _is_inner_index(idx[-1]) else path.broken()
+        return w.value(t, new, mask, inner_path)
+    flat = w.let("r", _linear(w, idx, shape), "linear index through a reshape")
+    return w.value(t, _delinear(w, flat, t.shape), mask, path.broken())
 
 
 LOWERING = {"convert_element_type": _convert, "where": _where, "full": _full, "slice": _slice,
@@ -412,6 +493,10 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         w.guards += [("stride_eq", t, dim_stride) for t, dim_stride in merged.contiguity]
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]
+    # Column indices are int32 unless the innermost extent may reach 2**31 (rows are int64).
+    wide_cols = vectorize.hint_of(domain[-1]) >= INT32_LIMIT // 2
+    if isinstance(domain[-1], IntProxy) and not wide_cols:
+        w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
     rows_extent = " * ".join(sizes[:-1]) or "1"
     outer = [f"o{d}" for d in range(len(domain) - 1)]
     header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
@@ -419,7 +504,8 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
               "pid = tl.program_id(0)",
               f"col_blocks = ({cols_extent} + COLS - 1) // COLS",
               "rows = (pid // col_blocks).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
-              "cols = (pid % col_blocks) * COLS + tl.arange(0, COLS)[None, :]",
+              "cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
+              + " * COLS + tl.arange(0, COLS)[None, :]",
               f"in_domain = (rows < {rows_extent}) & (cols < {cols_extent})"]
     if outer:
         header.append("# Outer indices of the output, from the row index")
@@ -453,4 +539,4 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         decorator, name, signature, "\n".join("    " + line for line in body))
     return Lowered(name, source, w.params, w.accesses, w.guards, allocated or (1,),
                    rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
-                   vectorize_enabled)
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled)

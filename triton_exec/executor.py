@@ -12,7 +12,7 @@ import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
-from triton_exec import fusion, launch, offline
+from triton_exec import autotune, fusion, launch, offline
 from triton_exec.codegen import Lowered, lower_group
 
 
@@ -29,6 +29,7 @@ class KernelRecord:
     kernel: object
     compile_s: float = 0.0
     launches: int = 0
+    tuning: autotune.Outcome | None = None    # how `config` was chosen; every timed config
 
     @property
     def vector_width(self) -> dict:
@@ -78,11 +79,11 @@ class TritonExecutor(ir.Executor):
         replaced = {}
         records = ctx.extra.setdefault("triton", [])
         for group in groups:
-            eqn, record = self._fuse(trace, group, ctx, len(records))
+            eqn, record = self._fuse(trace, group, groups, ctx, len(records))
             records.append(record)
-            replaced[group[-1]] = eqn
             for i in group[:-1]:
-                replaced[i] = None
+                replaced.setdefault(i, None)
+            replaced[group[-1]] = eqn
         eqns = []
         for i, e in enumerate(trace.eqns):
             new = replaced.get(i, e)
@@ -90,35 +91,35 @@ class TritonExecutor(ir.Executor):
                 eqns.append(new)
         return trace.replace(eqns=tuple(eqns), provenance=f"Fusion by the {self.name} executor")
 
-    def _fuse(self, trace, group, ctx, number):
+    def _fuse(self, trace, group, groups, ctx, number):
         start = time.perf_counter()
         name = f"{self.name}_fusion_{number}"
         body = [trace.eqns[i] for i in group]
         root = body[-1]
         values = dict(ctx.values)
         inputs = fusion.group_inputs(trace, group)
-        lowered = lower_group(f"{name}_kernel", body, list(root.outs), inputs, values,
-                              self.vectorize)
+        outputs = fusion.group_outputs(trace, group, groups)
+        lowered = lower_group(f"{name}_kernel", body, outputs, inputs, values, self.vectorize)
         for g in lowered.guards:
             ctx.add_guard(g)
         args = inputs + lowered.size_vars
         kernel = launch.load_kernel(f"{name}_kernel", lowered.source)
-        rows_hint = 1
-        for s in lowered.domain[:-1]:
-            rows_hint *= hint(s)
-        config = launch.heuristic_config(lowered, rows_hint, hint(lowered.domain[-1]))
         device = root.out.device
-        launcher, launcher_src = launch.build_launcher(
-            name, lowered, kernel, [a.name for a in args], config, device)
         example = {a.name: (values[id(a)] if id(a) in values else None) for a in inputs}
         example.update({v.name: hint(v) for v in lowered.size_vars})
         example.update({f"out{k}": _example_output(o) for k, o in enumerate(lowered.outputs)})
         example_args = {p.name: eval(p.launch, {}, example) for p in lowered.params}
+        tuning = autotune.choose_config(lowered, kernel, example_args,
+                                        [hint(s) for s in lowered.domain], device)
+        config = tuning.config
+        launcher, launcher_src = launch.build_launcher(
+            name, lowered, kernel, [a.name for a in args], config, device)
         prim = FusionPrim(name, "fusion", None, None)
-        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher}, root.outs,
+        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher}, tuple(outputs),
                   executor=self)
         record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
-                              example_args, kernel, time.perf_counter() - start)
+                              example_args, kernel,
+                              time.perf_counter() - start - tuning.seconds, tuning=tuning)
         return eqn, record
 
     def render(self, eqn):

@@ -2,7 +2,8 @@
 
 Partitioning goes by dataflow from the outputs back: a fusible equation joins the group of its
 consumers when every consumer of its output is in that one group (so nothing escapes the group
-but its root's output, and no cycle can form). Host equations (shape queries, integer math) never
+but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast) read by
+several groups joins each of them, as index arithmetic costs less than a round trip to memory. Host equations (shape queries, integer math) never
 join a group and never split one. A group made only of views (slices, reshapes, broadcasts,
 permutes) is left to torch, where those cost nothing.
 """
@@ -13,6 +14,7 @@ import os
 import torch
 
 from ir import TensorProxy
+from ir.proxies import same_size
 from ir.trace import iter_vars
 from triton_exec.codegen import LOWERING, TL_DTYPE
 
@@ -58,24 +60,87 @@ def partition(trace) -> list[list[int]]:
         for v in eqn.input_vars():
             consumers.setdefault(id(v), set()).add(i)
     escaping = {id(v) for v in iter_vars(trace.outputs)}
-    group_of: dict[int, int] = {}
+    groups_of: dict[int, set] = {}      # equation -> roots of the groups it belongs to
     groups: dict[int, list[int]] = {}
     for i in range(len(trace.eqns) - 1, -1, -1):
         eqn = trace.eqns[i]
         if not fusible(eqn):
             continue
         users = set().union(*(consumers.get(id(o), set()) for o in eqn.outs))
-        user_groups = {group_of.get(u) for u in users}
         escapes = any(id(o) in escaping for o in eqn.outs)
-        if len(user_groups) == 1 and None not in user_groups and not escapes:
-            root = user_groups.pop()
+        all_fused = bool(users) and all(u in groups_of for u in users) and not escapes
+        user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
+        if all_fused and (len(user_roots) == 1 or eqn.prim.name in VIEWS):
+            roots = user_roots      # a view read by several groups is recomputed in each
         else:
-            root = i
-            groups[root] = []
-        group_of[i] = root
-        groups[root].append(i)
-    return [sorted(g) for g in groups.values()
+            roots = {i}
+            groups[i] = []
+        groups_of[i] = roots
+        for root in roots:
+            groups[root].append(i)
+    kept = [sorted(g) for g in groups.values()
             if not all(trace.eqns[i].prim.name in VIEWS for i in g)]
+    return merge_siblings(trace, sorted(kept, key=lambda g: g[-1]), consumers)
+
+
+def _ancestors(trace) -> list[set]:
+    """For each equation, the indices of the equations it transitively depends on."""
+    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
+    result: list[set] = []
+    for e in trace.eqns:
+        deps = set()
+        for v in e.input_vars():
+            p = producer.get(id(v))
+            if p is not None:
+                deps.add(p)
+                deps |= result[p]
+        result.append(deps)
+    return result
+
+
+def merge_siblings(trace, groups, consumers) -> list[list[int]]:
+    """Merges independent groups whose outputs share one shape into one kernel with several
+    outputs. Group A joins a later group B when nothing in either depends on the other's output
+    (their roots) and nothing outside reads A's output before B's root, where the merged launch
+    happens."""
+    ancestors = _ancestors(trace)
+    merged: list[tuple[set, list[int]]] = []      # (roots, members)
+    for g in groups:
+        for roots, members in merged:
+            a_root, b_root = max(roots), g[-1]
+            readers = set().union(*(consumers.get(id(o), set())
+                                    for r in roots for o in trace.eqns[r].outs))
+            if (_same_shape(trace.eqns[a_root].out, trace.eqns[b_root].out)
+                    and not any(r in ancestors[j] for r in roots for j in g)
+                    and b_root not in set().union(*(ancestors[j] for j in members))
+                    and all(r > b_root or r in g for r in readers)):
+                roots.add(b_root)
+                members[:] = sorted(set(members) | set(g))
+                break
+        else:
+            merged.append(({g[-1]}, list(g)))
+    return [members for _, members in merged]
+
+
+def _same_shape(a, b) -> bool:
+    return len(a.shape) == len(b.shape) and all(same_size(x, y) for x, y in zip(a.shape, b.shape))
+
+
+def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:
+    """Values the group defines that are returned or read by an equation that does not compute
+    them itself (a view recomputed in several groups is no output), in trace order."""
+    inside = set(group)
+    members = [set(g) for g in groups]
+    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
+    read_outside = {id(v) for v in iter_vars(trace.outputs)}
+    for j, e in enumerate(trace.eqns):
+        if j in inside:
+            continue
+        for v in e.input_vars():
+            p = producer.get(id(v))
+            if p in inside and not any(p in m and j in m for m in members):
+                read_outside.add(id(v))
+    return [o for i in group for o in trace.eqns[i].outs if id(o) in read_outside]
 
 
 def group_inputs(trace, group: list[int]) -> list:

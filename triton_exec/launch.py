@@ -89,6 +89,7 @@ def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: L
     shape = "(" + ", ".join(_py(s) for s in lowered.domain) + \
         ("," if len(lowered.domain) == 1 else "") + ")"
     lines = [f"def {name}({', '.join(arg_names)}):"]
+    lines += [f"    {t} = {t}.contiguous()" for t in lowered.contiguous_inputs]
     for k, out in enumerate(lowered.outputs):
         lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")
     numel = " * ".join(_py(s) for s in lowered.domain)

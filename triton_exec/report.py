@@ -182,6 +182,8 @@ def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None) -> list[str]
 
 
 def _widths_text(access_widths: dict) -> str:
+    if access_widths.get("error"):
+        return "not available (offline compile failed: " + access_widths["error"].replace("|", "\\|") + ")"
     parts = []
     for op, name in (("ld", "loads"), ("st", "stores")):
         counts = access_widths.get(op) or {}

@@ -29,6 +29,10 @@ def pow2_divisor(n: int, cap: int = DIVISOR_CAP) -> int:
     return min(n & -n, cap)
 
 
+def hint_of(x) -> int:
+    return x.hint if isinstance(x, IntProxy) else int(x)
+
+
 def divisor_of(x, cap: int = DIVISOR_CAP) -> int:
     """What a boundary contributes: its own power-of-two divisibility; a runtime size contributes
     the divisibility of its value in this call, which the prologue then guards."""

@@ -1,0 +1,114 @@
+"""Autotune reports of a jitted function's kernels: `triton_exec.report(jfn, *args, out_dir=...)`.
+
+The function is jitted afresh (same function, executors and cache mode) and called on `args` with
+tuning forced, so every config of every kernel is timed even when a winner is persisted (the new
+winners are persisted). Then, per kernel, a `report.KernelReport`: the tuning key, every config's
+result, the ideal bytes moved, the access widths read from the PTX compiled offline for sm_90
+(or the compiler's error), compile time, cache hits, the analysis' vector widths. On a GPU the
+device-to-device copy bandwidth is measured too; on a CPU the report says that its timings come
+from the Triton interpreter.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+import ir
+from ir.jit import JitFunction
+from triton_exec import autotune
+from triton_exec.report import ConfigResult, KernelReport, write_report
+
+
+def ideal_bytes(record) -> int:
+    """Bytes an ideal kernel moves: each tensor input read once, each output written once
+    (tensors told apart by the launch expression that passes them)."""
+    seen, total = set(), 0
+    for p in record.lowered.params:
+        if p.kind != "pointer" or p.launch in seen:
+            continue
+        seen.add(p.launch)
+        t = record.example_args[p.name]
+        if isinstance(t, torch.Tensor):
+            total += math.prod(t.shape) * t.element_size()
+    return total
+
+
+def access_widths_or_error(record, arch: int = 90) -> dict:
+    try:
+        return record.access_widths(arch)
+    except Exception as error:      # the offline compiler's refusal is a result too
+        text = " ".join(f"{type(error).__name__}: {error}".split())
+        return {"ld": {}, "st": {}, "error": text[:500]}
+
+
+def kernel_report(record, cache_hits: int) -> KernelReport:
+    tuning = record.tuning
+    if tuning is not None and tuning.results:
+        configs = list(tuning.results)
+    else:
+        why = tuning.note if tuning is not None else "no tuning information"
+        configs = [ConfigResult(dict(record.config.as_dict()), error=f"not timed: {why}")]
+    compile_s = record.compile_s + (tuning.winner_first_launch_s if tuning else 0.0)
+    return KernelReport(
+        name=record.name,
+        key=tuning.key if tuning is not None else "",
+        configs=configs,
+        bytes_moved=ideal_bytes(record),
+        access_widths=access_widths_or_error(record),
+        compile_s=compile_s,
+        cache_hits=cache_hits,
+        vector_widths=dict(record.vector_width),
+    )
+
+
+def copy_bandwidth_gbps(device, nbytes: int = 1 << 30) -> float | None:
+    """A device-to-device copy of `nbytes` with do_bench, counted read + write; None off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    from triton.testing import do_bench
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), quantiles=[0.5, 0.5])[0]
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def _device_of(args):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device
+        if isinstance(a, (list, tuple)):
+            found = _device_of(a)
+            if found is not None:
+                return found
+    return torch.device("cpu")
+
+
+def report(jfn, *args, out_dir, max_configs: int | None = None) -> dict[str, Path]:
+    """Tune and report the kernels of `jfn` (an `ir.jit` function, or a plain function, which gets
+    the Triton executor) on `args`; writes report.json, report.md and report.png into `out_dir`
+    and returns their paths."""
+    if isinstance(jfn, JitFunction):
+        fresh = ir.jit(jfn.fn, executors=list(jfn.executors), cache=jfn.cache_mode)
+    else:
+        fresh = ir.jit(jfn, executors=["triton"])
+    with autotune.forced(retime=True, max_configs=max_configs):
+        fresh(*args)
+    fresh(*args)                        # the entry is reused: one cache hit
+    from triton_exec import last_kernels
+    records = last_kernels(fresh)
+    device = _device_of(args)
+    interpreter = device.type != "cuda" or any(
+        r.tuning is not None and r.tuning.interpreter for r in records)
+    hits = ir.cache_stats(fresh).hits
+    kernels = [kernel_report(r, hits) for r in records]
+    if interpreter:
+        copy_gbps, name = None, f"{device.type} (Triton interpreter)"
+    else:
+        copy_gbps, name = copy_bandwidth_gbps(device), torch.cuda.get_device_name(device)
+    return write_report(kernels, Path(out_dir), device=name, copy_gbps=copy_gbps,
+                        interpreter=interpreter)
