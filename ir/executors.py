@@ -166,10 +166,8 @@ def elide_broadcasts(trace: Trace) -> Trace:
             source[id(eqn.out)] = eqn.args[0]
     if not source:
         return trace
-    eqns = []
+    eqns = []   # a broadcast left unused is dropped by dce; one a consumer still needs stays
     for eqn in trace.eqns:
-        if id(eqn.outs[0]) in source:
-            continue
         args = map_vars(lambda v: source.get(id(v), v), eqn.args)
         if eqn.prim.kind == "elementwise" and not _covers(eqn, args):
             args = eqn.args

@@ -66,6 +66,8 @@ def arg_key(a, constant: bool, nested: bool = False):
 def _input_proxy(name: str, value, ctx: TraceContext):
     """The proxy (or literal) standing for one argument in the traces."""
     if isinstance(value, torch.Tensor):
+        if value.is_complex():   # the key's fast path lets it through; refused on the miss
+            raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device, value.requires_grad)
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)

@@ -49,7 +49,7 @@ SCALAR_OPS = {"add": ("+", lambda a, b: a + b), "sub": ("-", lambda a, b: a - b)
 
 shape = define("shape", "host", lambda t: [int(s) if not isinstance(s, IntProxy) else s.hint
                                            for s in t.shape],
-               lambda eqn: f"{eqn.args[0].name}.shape")
+               lambda eqn: f"{eqn.args[0].name}.shape" + ("[0]" if len(eqn.outs) == 1 else ""))
 
 for _op, (_sym, _fn) in SCALAR_OPS.items():
     define("int_" + _op, "host", lambda a, b, _fn=_fn: [_fn(_hint(a), _hint(b))],

@@ -101,7 +101,9 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
         body.append("if not (" + "\n      and ".join(render_guard(g) for g in guards)
                     + "): return False")
     body.append("return True")
-    header = ("# Prologue: checks this cache entry's guards\n"
+    devices = "".join(f"{k} = torch.device({str(v)!r})\n" for k, v in ns.items()
+                      if k.startswith("DEVICE_"))
+    header = ("# Prologue: checks this cache entry's guards\n" + devices +
               f"def prologue({', '.join(name for name, _ in inputs)}):")
     source = header + "\n" + "\n".join("  " + line for line in body)
     exec(compile(source, "<prologue>", "exec"), ns)

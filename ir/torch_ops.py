@@ -44,7 +44,10 @@ def meta_dtype(fn, *args, **kwargs):
 # ---- shapes and broadcasting -------------------------------------------------------------
 
 def _is_one(s) -> bool:
-    return not isinstance(s, IntProxy) and s == 1
+    """A derived size that is 1 in this call (`i0 - 1`) broadcasts as in eager: guarded == 1."""
+    if isinstance(s, IntProxy):
+        return s.hint == 1 and s == 1
+    return s == 1
 
 
 def broadcast_shape(*shapes):

@@ -15,8 +15,11 @@ import sys
 
 import torch
 
-if not torch.cuda.is_available():           # before any kernel is defined
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    # The interpreter must be chosen before Triton is imported, and `python -m triton_exec` has
+    # imported it already (with the package): start again with the interpreter on.
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.execv(sys.executable, [sys.executable, "-m", "triton_exec", *sys.argv[1:]])
 
 import ir  # noqa: E402
 import triton_exec  # noqa: E402

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import torch
 
@@ -126,6 +127,7 @@ class KernelWriter:
         self.max_vector = max_vector          # 16 bytes of the group's narrowest dtype
         self.stride_dims: dict = {}           # id(input) -> its original dim per dim (merges)
         self.contiguous_inputs: list = []     # inputs the launcher makes contiguous
+        self.originals: dict = {}             # id(merged input) -> its unmerged proxy
         self.vectorize = vectorize_enabled
         self.lines: list[str] = []
         self.prelude: list[str] = []        # runtime sizes and strides multiplied back
@@ -170,24 +172,28 @@ class KernelWriter:
     def load(self, t: TensorProxy, idx, mask: str, path: Path, what: str) -> str:
         example = self.values.get(id(t))
         if example is None:     # made by torch in this computation: the launcher makes it
-            example = _contiguous_example(t)     # contiguous, so its layout is known
-            self.contiguous_inputs.append(t.name)
+            self.contiguous_inputs.append(t.name)       # contiguous, so its layout is known
             if all(not isinstance(s, IntProxy) for s in t.shape):
-                return self.load_constant_layout(t, example, idx, mask, path, what)
+                return self.load_constant_layout(t, _contiguous_example(t), idx, mask, path,
+                                                 what)
+            example = _contiguous_example(self.originals.get(id(t), t))
         self.add_pointer(t)
         terms, outer_strides = [], []
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
+        argument = t.name not in self.contiguous_inputs     # the prologue can guard it
         for d, (i, s) in enumerate(zip(idx, t.shape)):
             if not isinstance(s, IntProxy) and s == 1:
                 continue
             stride = example.stride(original_dims[d])
             if d == inner and stride == 1:
-                self.guards.append(("stride_eq", t, (original_dims[d], 1)))
+                if argument:
+                    self.guards.append(("stride_eq", t, (original_dims[d], 1)))
                 terms.append(i)
                 continue
-            outer_strides.append(stride)
-            scale = vectorize.pow2_divisor(stride, self.max_vector) if self.vectorize else 1
+            outer_strides.append(stride if argument else 1)
+            scale = (vectorize.pow2_divisor(stride, self.max_vector)
+                     if self.vectorize and argument else 1)
             od = original_dims[d]
             pname = f"{t.name}_stride{od}"
             if not any(p.name.startswith(pname) for p in self.params):
@@ -202,8 +208,6 @@ class KernelWriter:
             terms.append(f"({i}).to(tl.int64) * {pname}" if _is_inner_index(i) else
                          f"({i}) * {pname}")
         inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
-        if t.name in self.contiguous_inputs:     # runtime strides of unknown divisibility
-            outer_strides = [1] * len(outer_strides)
         return self.emit_load(t, example, idx, terms, mask, path, what, inner_stride,
                               outer_strides)
 
@@ -233,7 +237,9 @@ class KernelWriter:
             self.guards.append(("aligned", t, 16))
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
-        offset = " + ".join(terms) if terms else "0"
+        offset = " + ".join(terms) or "0"
+        if not _TILE_INDEX.search(offset):      # one element for the whole tile
+            offset = f"tl.zeros([ROWS, COLS], tl.int32) + {offset}"
         value = self.let("v", f"tl.load({ptr} + {offset}, mask={mask}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:
@@ -252,6 +258,9 @@ class KernelWriter:
                   else LOWERING[eqn.prim.name](self, eqn, idx, mask, path))
         self.memo[key] = result
         return result
+
+
+_TILE_INDEX = re.compile(r"\b(rows|cols|o\d+|r\d+)\b")
 
 
 def _contiguous_example(t):
@@ -286,6 +295,8 @@ def _convert(w, eqn, idx, mask, path):
     if to == torch.bool:
         return w.let("v", f"{src} != 0")
     if to in COMPUTE_DTYPE:     # round to the narrow type as eager does, compute in fp32
+        if not eqn.args[0].dtype.is_floating_point:     # ints reach bf16/fp16 through fp32
+            src = w.let("v", f"{src}.to(tl.float32)")
         return w.let("v", f"{src}.to({TL_DTYPE[to]}).to(tl.float32)")
     return w.let("v", f"{src}.to({TL_DTYPE[to]})")
 
@@ -489,7 +500,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled,
                      vectorize.ACCESS_BYTES // min(itemsizes))
     if merged is not None:
-        w.stride_dims = merged.stride_dims
+        w.stride_dims, w.originals = merged.stride_dims, merged.originals
         w.guards += [("stride_eq", t, dim_stride) for t, dim_stride in merged.contiguity]
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]

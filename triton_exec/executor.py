@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import torch
+
 import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
@@ -105,9 +107,12 @@ class TritonExecutor(ir.Executor):
         args = inputs + lowered.size_vars
         kernel = launch.load_kernel(f"{name}_kernel", lowered.source)
         device = root.out.device
-        example = {a.name: (values[id(a)] if id(a) in values else None) for a in inputs}
+        # Made by torch in this computation: a contiguous stand-in, as the launcher passes it
+        example = {a.name: values[id(a)] if id(a) in values else _example_tensor(a, a.device)
+                   for a in inputs}
         example.update({v.name: hint(v) for v in lowered.size_vars})
-        example.update({f"out{k}": _example_output(o) for k, o in enumerate(lowered.outputs)})
+        example.update({f"out{k}": _example_tensor(o, "meta")
+                        for k, o in enumerate(lowered.outputs)})
         example_args = {p.name: eval(p.launch, {}, example) for p in lowered.params}
         tuning = autotune.choose_config(lowered, kernel, example_args,
                                         [hint(s) for s in lowered.domain], device)
@@ -129,6 +134,5 @@ class TritonExecutor(ir.Executor):
         return {eqn.prim.name: eqn.params["launcher"]}
 
 
-def _example_output(out):
-    import torch
-    return torch.empty([hint(s) for s in out.shape], dtype=out.dtype, device="meta")
+def _example_tensor(t, device):
+    return torch.empty([hint(s) for s in t.shape], dtype=t.dtype, device=device)

@@ -24,6 +24,7 @@ class Merged:
     outputs: list
     values: dict         # id(merged input proxy) -> the original example tensor
     stride_dims: dict    # id(merged input proxy) -> original dim of each merged dim
+    originals: dict      # id(merged input proxy) -> the original proxy
     contiguity: list     # (tensor, (dim, stride)) guards that keep the merge valid
     first: int           # k: the first merged dim
 
@@ -36,9 +37,7 @@ def _eqn_allows(eqn, k) -> bool:
     name, args = eqn.prim.name, eqn.args
     tensors = [v for v in (*eqn.input_vars(), *eqn.outs) if isinstance(v, TensorProxy)]
     r = len(eqn.outs[0].shape)
-    if not all(len(t.shape) == r and _constant(t.shape, range(k, r)) for t in tensors):
-        return False
-    if name in ("reshape", "permute"):
+    if not all(_constant(t.shape, range(k, r)) for t in tensors):
         return False
     if name == "slice":
         t, starts, stops, steps = args
@@ -66,9 +65,13 @@ def _input_allows(example, k) -> bool:
 def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
     """The group rewritten on merged inner dims, or None when no merge applies."""
     r = len(outputs[0].shape)
+    tensors = [v for e in eqns for v in (*e.input_vars(), *e.outs) if isinstance(v, TensorProxy)]
+    if any(e.prim.name in ("reshape", "permute") for e in eqns) or any(
+            len(t.shape) != r for t in tensors):
+        return None
     for k in range(0, r - 1):
         if (all(_eqn_allows(e, k) for e in eqns)
-                and all(_input_allows(values[id(t)], k) for t in inputs)):
+                and all(id(t) not in values or _input_allows(values[id(t)], k) for t in inputs)):
             return _rewrite(eqns, outputs, inputs, values, k)
     return None
 
@@ -103,14 +106,15 @@ def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
         elif e.prim.name == "full":
             args = (tuple(args[0][:k]) + (args[0][k] * inner,),)
         new_eqns.append(Eqn(e.prim, args, params, tuple(merged(o) for o in e.outs)))
-    merged_values, stride_dims, contiguity = {}, {}, []
+    merged_values, stride_dims, originals, contiguity = {}, {}, {}, []
     for t in inputs:
         m = merged(t)
-        merged_values[id(m)] = values[id(t)]
         stride_dims[id(m)] = list(range(k)) + [r - 1]
-        example = values[id(t)]
-        contiguity += [(t, (d, example.stride(d))) for d in range(k, r - 1)]
-    return Merged(new_eqns, [merged(o) for o in outputs], merged_values, stride_dims,
+        originals[id(m)] = t
+        if id(t) in values:     # an argument; torch-made inputs arrive contiguous
+            example = merged_values[id(m)] = values[id(t)]
+            contiguity += [(t, (d, example.stride(d))) for d in range(k, r - 1)]
+    return Merged(new_eqns, [merged(o) for o in outputs], merged_values, stride_dims, originals,
                   contiguity, k)
 
 

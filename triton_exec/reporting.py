@@ -110,5 +110,15 @@ def report(jfn, *args, out_dir, max_configs: int | None = None) -> dict[str, Pat
         copy_gbps, name = None, f"{device.type} (Triton interpreter)"
     else:
         copy_gbps, name = copy_bandwidth_gbps(device), torch.cuda.get_device_name(device)
-    return write_report(kernels, Path(out_dir), device=name, copy_gbps=copy_gbps,
-                        interpreter=interpreter)
+    paths = write_report(kernels, Path(out_dir), device=name, copy_gbps=copy_gbps,
+                         interpreter=interpreter)
+    with open(paths["md"], "a", encoding="utf-8") as md:
+        md.write("\n" + VECTOR_WIDTH_NOTE + "\n")
+    return paths
+
+
+VECTOR_WIDTH_NOTE = (
+    "Configs vary ROWS per program and num_warps; COLS is the heuristic's. The vector width is "
+    "not a tuning knob: the analysis proves the largest legal width per access and Triton picks "
+    "each access's width from what the kernel lets it prove; the configs only keep every thread "
+    "holding a full vector along COLS (ROWS * COLS >= 32 * num_warps * V).")

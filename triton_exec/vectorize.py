@@ -65,8 +65,9 @@ def load_width(path: Path, itemsize: int, inner_extent, inner_stride: int, outer
         return 1
     if not isinstance(inner_extent, IntProxy) and inner_extent == 1:
         return 1
-    g = math.gcd(path.gcd, ACCESS_BYTES // itemsize, divisor_of(inner_extent),
-                 pow2_divisor(data_ptr // itemsize if data_ptr % itemsize == 0 else 1))
+    if data_ptr % ACCESS_BYTES:     # Triton knows a pointer's alignment only as 16 bytes or not
+        return 1
+    g = math.gcd(path.gcd, ACCESS_BYTES // itemsize, divisor_of(inner_extent))
     for s in outer_strides:
         g = math.gcd(g, pow2_divisor(s))
     return max(g, 1)

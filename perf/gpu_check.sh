@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU check: one script for one H100/H200 with no network (torch 2.11, Triton 3.6,
+# Python 3.12; the project copied in as a working tree, not installed; nothing is pip-installed).
+#
+#   bash perf/gpu_check.sh            # logs and the report under $OUT (default perf/out)
+#
+# Steps, each under its own time limit (the limits add up to 480 s, so the whole fits in 8 minutes):
+#   nvidia-smi and versions; CUDA correctness (perf/cuda_check.py: the RoPE, pad/cat/slice and
+#   random programs on CUDA tensors vs eager, compiled Triton); the benchmarks (rope, padcat,
+#   overhead); one autotune report of the seed's RoPE; the pytest suite's correctness cases.
+# A step that fails or runs out of time is reported and the next one runs; the exit status is
+# the number of failed steps.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-perf/out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TRITON_EXEC_CACHE_DIR="${TRITON_EXEC_CACHE_DIR:-$OUT/cache}"   # kernels + tuning winners
+export TRITON_EXEC_TEST_DEVICE=cuda        # for tests that can run their cases on CUDA tensors
+unset TRITON_INTERPRET
+failed=0
+summary="$OUT/summary.txt"
+: > "$summary"
+
+step() {   # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start rc
+    shift 2
+    start=$(date +%s)
+    echo "== $name (limit ${limit}s): $*" | tee -a "$summary"
+    timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+    local took=$(( $(date +%s) - start ))
+    if [[ $rc -eq 0 ]]; then
+        echo "   ok in ${took}s -> $OUT/$name.log" | tee -a "$summary"
+    else
+        [[ $rc -eq 124 || $rc -eq 137 ]] && rc="$rc (timed out)"
+        echo "   FAILED rc=$rc in ${took}s -> $OUT/$name.log" | tee -a "$summary"
+        tail -n 15 "$OUT/$name.log" | sed 's/^/   | /' | tee -a "$summary"
+        failed=$((failed + 1))
+    fi
+}
+
+echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $PWD, OUT=$OUT" | tee -a "$summary"
+step nvidia-smi 15 nvidia-smi
+step versions 30 "$PY" -c "import sys, torch, triton; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__); print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
+# correctness on CUDA: heuristic configs (no tuning), so that it is quick
+step cuda_check 80 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/cuda_check.py --examples 40
+# benchmarks: tuning on (the executor's default on a GPU), a smaller config space
+step bench_rope 110 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=6 "$PY" perf/rope.py
+step bench_padcat 90 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=6 "$PY" perf/padcat.py
+if [[ -f perf/overhead.py ]]; then
+    step bench_overhead 30 "$PY" perf/overhead.py
+fi
+step report 50 "$PY" -m triton_exec report --out "$OUT/report"
+# the test suite's correctness cases (interpreter, CPU tensors) with what time is left
+step pytest 75 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider
+
+for log in bench_rope bench_padcat bench_overhead; do
+    [[ -f "$OUT/$log.log" ]] && { echo; echo "---- $log"; grep -E '^(\||##|[A-Z])' "$OUT/$log.log"; } >> "$summary"
+done
+echo "gpu_check done: $failed failed step(s); summary in $summary"
+exit "$failed"

@@ -1,0 +1,38 @@
+"""The benchmarks' --cpu mode: tiny sizes through the interpreter, every row present and correct."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PERF = Path(__file__).resolve().parent.parent / "perf"
+LABELS = ["eager", "torch.compile", "ir.jit triton", "ir.jit triton_novec"]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"perf_{name}", PERF / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name,cases", [("rope", 2), ("padcat", 5)])
+def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, capsys, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
+    rows = load(name).main(["--cpu"])
+    printed = capsys.readouterr().out
+    assert "NOT GPU timings" in printed
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(row.case, []).append(row)
+    assert len(by_case) == cases
+    for case, case_rows in by_case.items():
+        assert [r.label for r in case_rows] == LABELS
+        for r in case_rows:
+            assert f"| {r.label} " in printed
+            if r.label == "torch.compile":
+                assert r.skipped
+                continue
+            assert r.ok is True, f"{case} / {r.label}: {r.note}"
+            assert r.ms is not None and r.ms > 0

@@ -1,0 +1,61 @@
+"""The autotune report end to end: `triton_exec.report` on a tiny RoPE through the interpreter."""
+
+import json
+
+import pytest
+
+import triton_exec
+from triton_exec import autotune
+from triton_exec.report import INTERPRETER_NOTE
+
+from test_autotune import rope, rope_args
+
+import ir
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(autotune.ENV, raising=False)
+    autotune.reset_caches()
+    yield tmp_path / "cache"
+    autotune.reset_caches()
+
+
+def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
+    jrope = ir.jit(rope, executors=["triton"])
+    args = rope_args()
+    jrope(*args)                                   # untuned on a CPU: the heuristic
+    assert triton_exec.last_kernels(jrope)[0].tuning.source == "heuristic"
+    paths = triton_exec.report(jrope, *args, out_dir=tmp_path / "report", max_configs=2)
+    assert set(paths) >= {"json", "md"}
+    report = json.loads(paths["json"].read_text())
+    assert report["interpreter"] is True and report["timings_note"] == INTERPRETER_NOTE
+    assert report["copy_gbps"] is None and "interpreter" in report["device"]
+    (kernel,) = report["kernels"]
+    assert len(kernel["configs"]) == 2
+    for config in kernel["configs"]:
+        assert config["error"] is None and config["p20_ms"] <= config["p50_ms"] <= config["p80_ms"]
+        assert set(config["config"]) == {"ROWS", "COLS", "num_warps"}
+    assert kernel["winner"] in [c["config"] for c in kernel["configs"]]
+    assert kernel["margin"] >= 1.0 and kernel["achieved_gbps"] > 0 and kernel["copy_share"] is None
+    x, cos, sin, _ = args
+    assert kernel["bytes_moved"] == 2 * x.numel() * 2 + cos.numel() * 2 + sin.numel() * 2
+    assert kernel["access_widths"]["st"] and "16" in kernel["access_widths"]["ld"]
+    assert "8" in kernel["access_widths"]["ld"]    # the rotate-half pieces of width 4
+    assert kernel["vector_widths"] and max(kernel["vector_widths"].values()) == 8
+    assert kernel["compile_s"] > 0 and kernel["cache_hits"] == 1
+    assert kernel["key"].endswith("|interpreter")
+    md = paths["md"].read_text()
+    assert "NOT GPU timings" in md.splitlines()[0]
+    assert "Access widths from PTX: loads 16 B" in md
+    # the report persisted its winners: an ordinary call now starts tuned
+    autotune.reset_caches()
+    jrope2 = ir.jit(rope, executors=["triton"])
+    jrope2(*args)
+    assert triton_exec.last_kernels(jrope2)[0].tuning.source == "cache"
+
+
+def test_callable_report_is_still_the_report_module():
+    from triton_exec.report import write_report
+    assert triton_exec.report.write_report is write_report
