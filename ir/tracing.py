@@ -174,7 +174,10 @@ def call_torch(func, args, kwargs):
 
 def call_method(name: str, self, args):
     from ir.torch_ops import METHODS
-    return METHODS[name](self, *args)
+    handler = METHODS.get(name)
+    if handler is None:     # an operator the tracer does not model, e.g. `@`
+        return opaque(getattr(torch.Tensor, name), (self, *args), {})
+    return handler(self, *args)
 
 
 def tensor_method(self, name: str):
