@@ -20,8 +20,8 @@ GUARD_SOURCE = {
     "gt": "{a} > {b}", "ge": "{a} >= {b}",
     "divisible": "{a} % {b} == 0",
     "aligned": "{a}.data_ptr() % {b} == 0",
-    "stride_eq": "{a}.stride({b[0]}) == {b[1]}",
-    "stride_divisible": "{a}.stride({b[0]}) % {b[1]} == 0",
+    "stride_eq": "{a}_strides[{b[0]}] == {b[1]}",
+    "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
 }
 
 
@@ -97,6 +97,8 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
     input_vars = [v for _, value in inputs for v in iter_vars(value)]
     for eqn in _needed_host_eqns(guards, host_eqns, input_vars):
         body.extend(render_eqn(eqn))
+    strided = {g[1].name: None for g in guards if g[0].startswith("stride")}
+    body.extend(f"{name}_strides = {name}.stride()" for name in strided)   # one query each
     if guards:
         body.append("if not (" + "\n      and ".join(render_guard(g) for g in guards)
                     + "): return False")

@@ -7,8 +7,14 @@ this one process, interleaved, and reports the median over several repeats of ma
     python perf/overhead.py            # full run
     python perf/overhead.py --quick    # a few iterations, for a smoke test
 
-To add a row (another executor, a thin path), add a (label, callable) pair in `rows()`; each
-callable takes the RoPE's arguments (x, cos, sin, n). The first row is the baseline of the ratio.
+To add a row, add a (label, callable, checked) triple in `rows()`; each callable takes the
+RoPE's arguments (x, cos, sin, n); `checked` rows must match eager. The first row is the baseline.
+
+Without a GPU the Triton rows run on CPU tensors with every kernel launch replaced by a no-op
+(the benchmark-only switch `triton_exec.launch.noop_launches()`), so they show the
+framework's own cost per call: key, prologue, the generated computation and launcher (output
+allocation, grid, argument packing), without the launch itself. On a GPU they launch for real.
+With --seed-size on a GPU it also reports host time per call against kernel time at the seed's size.
 """
 from __future__ import annotations
 
@@ -18,10 +24,17 @@ import sys
 import time
 from pathlib import Path
 
+import os
+
 import torch
 
+CUDA = torch.cuda.is_available()
+if not CUDA:     # the Triton executor claims CPU tensors only under the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ir  # noqa: E402
+import triton_exec  # noqa: E402,F401  (registers the "triton" executor)
+from triton_exec.launch import noop_launches  # noqa: E402
 
 
 def rope(x, cos, sin, n: int):
@@ -31,22 +44,33 @@ def rope(x, cos, sin, n: int):
     return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
 
 
-def tiny_inputs():
+def tiny_inputs(shape=(1, 2, 4, 32), n=8, dtype=torch.float32):
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 2, 4, 32, generator=g)
-    cos, sin = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
-    return (x, cos, sin, 8)
+    device = "cuda" if CUDA else "cpu"
+    x = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    cos = torch.randn(shape[-2], n, generator=g).to(device=device, dtype=dtype)
+    sin = torch.randn(shape[-2], n, generator=g).to(device=device, dtype=dtype)
+    return (x, cos, sin, n)
 
 
-def rows(args) -> list[tuple[str, object]]:
-    """The (label, callable) pairs to time; the first is the baseline."""
+def rows(args) -> list[tuple[str, object, bool]]:
+    """The (label, callable, checked) triples to time; the first is the baseline."""
     constant = ir.jit(rope, executors=["torch"], cache="constant values")
     symbolic = ir.jit(rope, executors=["torch"], cache="symbolic values")
+    launches = "" if CUDA else " (launches no-op'd)"
+    triton_constant = ir.jit(rope, executors=["triton"], cache="constant values")
+    triton_symbolic = ir.jit(rope, executors=["triton"], cache="symbolic values")
+    if not CUDA:    # build their cache entries now, with launches no-op'd
+        with noop_launches():
+            triton_constant(*args), triton_symbolic(*args)
     return [
-        ("eager", rope),
-        ("ir.jit torch, constant values", constant),
-        ("ir.jit torch, symbolic values", symbolic),
-        ("ir.thin torch, symbolic values (no prologue)", ir.thin(symbolic, *args)),
+        ("eager", rope, True),
+        ("ir.jit torch, constant values", constant, True),
+        ("ir.jit torch, symbolic values", symbolic, True),
+        ("ir.thin torch, symbolic values (no prologue)", ir.thin(symbolic, *args), True),
+        (f"ir.jit triton, constant values{launches}", triton_constant, CUDA),
+        (f"ir.jit triton, symbolic values{launches}", triton_symbolic, CUDA),
+        (f"ir.thin triton, symbolic values{launches}", ir.thin(triton_symbolic, *args), CUDA),
     ]
 
 
@@ -59,12 +83,15 @@ def time_per_call_us(fn, args, calls: int) -> float:
 
 def measure(rows_, args, calls: int, repeats: int) -> list[dict]:
     expected = rows_[0][1](*args)
-    for label, fn in rows_:    # warm up (the jit compiles here) and check the answer
-        torch.testing.assert_close(fn(*args), expected, msg=lambda m: f"{label}: {m}")
+    for label, fn, checked in rows_:    # warm up (the jit compiles here), check the answer
+        out = fn(*args)
+        if checked:
+            torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2,
+                                       msg=lambda m: f"{label}: {m}")
         time_per_call_us(fn, args, max(1, calls // 10))
-    samples: dict[str, list[float]] = {label: [] for label, _ in rows_}
+    samples: dict[str, list[float]] = {label: [] for label, _, _ in rows_}
     for _ in range(repeats):   # interleaved, so drift affects every row alike
-        for label, fn in rows_:
+        for label, fn, _ in rows_:
             samples[label].append(time_per_call_us(fn, args, calls))
     base = statistics.median(samples[rows_[0][0]])
     return [{"label": label, "us_per_call": statistics.median(s),
@@ -88,13 +115,39 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     parser.add_argument("--calls", type=int, default=None, help="calls per repeat")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--seed-size", action="store_true",
+                        help="on a GPU, also host time vs kernel time at the seed's size")
     opts = parser.parse_args(argv)
     calls = opts.calls or (50 if opts.quick else 2000)
     repeats = opts.repeats or (3 if opts.quick else 9)
     args = tiny_inputs()
     results = measure(rows(args), args, calls, repeats)
     print(format_table(results, calls, repeats))
+    if opts.seed_size and CUDA:
+        print(host_vs_kernel())
     return results
+
+
+def host_vs_kernel() -> str:
+    """At the seed's size (bsz 256, 16 heads, seq 1024, head 32, rope 8, bf16): the host time of
+    one call (until it returns, kernels still running) against the kernel time."""
+    import triton
+    args = tiny_inputs((256, 16, 1024, 32), 8, torch.bfloat16)
+    lines = ["", "Seed size, bf16: host time per call vs device time per call (GPU)"]
+    for label, mode in (("constant values", "constant values"), ("symbolic", "symbolic values")):
+        jfn = ir.jit(rope, executors=["triton"], cache=mode)
+        jfn(*args)
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(20):
+            start = time.perf_counter_ns()
+            jfn(*args)
+            host.append((time.perf_counter_ns() - start) / 1e3)
+            torch.cuda.synchronize()
+        device_ms = triton.testing.do_bench(lambda: jfn(*args))
+        lines.append(f"ir.jit triton, {label}: host {statistics.median(host):.1f} us, "
+                     f"device {device_ms * 1e3:.1f} us per call")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

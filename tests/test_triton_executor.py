@@ -107,7 +107,7 @@ def test_size_zero_output_launches_nothing():
     out = jfn(x)
     assert out.shape == (0, 7)
     record = triton_exec.last_kernels(jfn)[0]
-    assert "if 0 *" in record.launcher_source or "> 0" in record.launcher_source
+    assert "KERNEL[" not in record.launcher_source
 
 
 def test_kernel_is_built_once_per_specialization():

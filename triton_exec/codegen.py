@@ -10,6 +10,9 @@ piece offsets; broadcast: drop the index; permute: reorder it) and collecting:
 - one `Access` per load and store, with the vector width the analysis allows;
 - the guards those widths rest on.
 
+Kernels call Triton builtins only, never `@triton.jit` library functions (`tl.cdiv`, `tl.zeros`):
+under the interpreter those leave the language patched, which breaks offline compilation.
+
 Boundaries are literals in "constant values" mode; in "symbolic values" mode they are runtime
 integers passed divided by their guarded power-of-two divisor and multiplied back in the kernel, so
 Triton can prove what the analysis proved. Masks use only `idx < c` and `idx >= c`.
@@ -200,10 +203,10 @@ class KernelWriter:
                 if scale > 1:
                     self.guards.append(("stride_divisible", t, (od, scale)))
                     self.params.append(Param(f"{pname}_div{scale}",
-                                             f"{t.name}.stride({od}) // {scale}", "int"))
+                                             f"{t.name}_strides[{od}] // {scale}", "int", t))
                     self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
                 else:
-                    self.params.append(Param(pname, f"{t.name}.stride({od})", "int"))
+                    self.params.append(Param(pname, f"{t.name}_strides[{od}]", "int", t))
             # int64 products: a column index times a large stride can pass 2**31
             terms.append(f"({i}).to(tl.int64) * {pname}" if _is_inner_index(i) else
                          f"({i}) * {pname}")
@@ -239,7 +242,7 @@ class KernelWriter:
         self.itemsizes.append(example.element_size())
         offset = " + ".join(terms) or "0"
         if not _TILE_INDEX.search(offset):      # one element for the whole tile
-            offset = f"tl.zeros([ROWS, COLS], tl.int32) + {offset}"
+            offset = f"tl.full([ROWS, COLS], 0, tl.int32) + {offset}"
         value = self.let("v", f"tl.load({ptr} + {offset}, mask={mask}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:

@@ -110,6 +110,7 @@ class TritonExecutor(ir.Executor):
         # Made by torch in this computation: a contiguous stand-in, as the launcher passes it
         example = {a.name: values[id(a)] if id(a) in values else _example_tensor(a, a.device)
                    for a in inputs}
+        example.update({f"{name}_strides": t.stride() for name, t in list(example.items())})
         example.update({v.name: hint(v) for v in lowered.size_vars})
         example.update({f"out{k}": _example_tensor(o, "meta")
                         for k, o in enumerate(lowered.outputs)})

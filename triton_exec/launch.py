@@ -7,6 +7,7 @@ everything that can be decided once per cache entry already decided.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -90,15 +91,24 @@ def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: L
         ("," if len(lowered.domain) == 1 else "") + ")"
     lines = [f"def {name}({', '.join(arg_names)}):"]
     lines += [f"    {t} = {t}.contiguous()" for t in lowered.contiguous_inputs]
+    strided = {p.tensor.name: None for p in lowered.params
+               if p.kind == "int" and p.tensor is not None}
+    lines += [f"    {t}_strides = {t}.stride()" for t in strided]
     for k, out in enumerate(lowered.outputs):
         lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")
-    numel = " * ".join(_py(s) for s in lowered.domain)
     launch_args = ", ".join(p.launch for p in lowered.params)
-    grid = (f"triton.cdiv({_py_expr(lowered.rows)}, {config.rows}) * "
-            f"triton.cdiv({_py_expr(lowered.cols)}, {config.cols})")
-    lines += [f"    if {numel} > 0:",
-              f"        KERNEL[({grid},)]({launch_args}, ROWS={config.rows}, "
-              f"COLS={config.cols}, num_warps={config.num_warps})"]
+    grid = (f"(({lowered.rows}) + {config.rows - 1}) // {config.rows} * "
+            f"(({lowered.cols}) + {config.cols - 1}) // {config.cols}")
+    if all(not hasattr(s, "name") for s in lowered.domain):    # constant sizes: fold now
+        grid = str(eval(grid))
+    call = (f"KERNEL[({grid},)]({launch_args}, ROWS={config.rows}, COLS={config.cols}, "
+            f"num_warps={config.num_warps})")
+    if any(not hasattr(s, "name") and int(s) == 0 for s in lowered.domain):
+        lines.append("    # the output is empty: nothing to launch")
+    elif any(hasattr(s, "name") for s in lowered.domain):
+        lines += [f"    if {' * '.join(_py(s) for s in lowered.domain)} > 0:", f"        {call}"]
+    else:
+        lines.append(f"    {call}")
     outs = ", ".join(f"out{k}" for k in range(len(lowered.outputs)))
     lines.append(f"    return {outs}")
     return "\n".join(lines) + "\n"
@@ -108,12 +118,33 @@ def _py(s) -> str:
     return s.name if hasattr(s, "name") else str(int(s))
 
 
-def _py_expr(expr) -> str:
-    return str(expr)
+class NoopKernel:
+    """Benchmark-only stand-in for a kernel: `kernel[grid](...)` does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+_noop_launches = False
+
+
+@contextlib.contextmanager
+def noop_launches():
+    """Benchmark-only switch: launchers built inside this block (the cache entries compiled in it)
+    skip their kernel launch, so perf/overhead.py can time the framework's own host work per call
+    on a machine without a GPU. Their outputs are left uninitialized: never use it for results."""
+    global _noop_launches
+    previous, _noop_launches = _noop_launches, True
+    try:
+        yield
+    finally:
+        _noop_launches = previous
 
 
 def build_launcher(name: str, lowered: Lowered, kernel, arg_names, config, device):
     source = launcher_source(name, lowered, arg_names, config, device)
+    if _noop_launches:
+        kernel = NoopKernel()
     ns = {"torch": torch, "triton": triton, "KERNEL": kernel, "DEVICE": device}
     exec(compile(source, f"<launcher {name}>", "exec"), ns)
     return ns[name], source
