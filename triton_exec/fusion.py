@@ -3,7 +3,8 @@
 Partitioning goes by dataflow from the outputs back: a fusible equation joins the group of its
 consumers when every consumer of its output is in that one group (so nothing escapes the group
 but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast) read by
-several groups joins each of them, as index arithmetic costs less than a round trip to memory. Host equations (shape queries, integer math) never
+several groups joins each of them, as index arithmetic costs less than a round trip to memory,
+and a view of a group's result is left to torch, where it costs nothing. Host equations (shape queries, integer math) never
 join a group and never split one. A group made only of views (slices, reshapes, broadcasts,
 permutes) is left to torch, where those cost nothing.
 """
@@ -72,6 +73,8 @@ def partition(trace) -> list[list[int]]:
         user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
         if all_fused and (len(user_roots) == 1 or eqn.prim.name in VIEWS):
             roots = user_roots      # a view read by several groups is recomputed in each
+        elif eqn.prim.name in VIEWS:
+            continue                # a view of a result stays a free torch view
         else:
             roots = {i}
             groups[i] = []
