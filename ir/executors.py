@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import TensorProxy, Var, same_size
+from ir.proxies import TensorProxy, same_size
+from ir.tracing import guard_key
 from ir.passes import dce
 from ir.trace import Eqn, Trace, iter_vars, map_vars, render
 
@@ -33,11 +34,6 @@ class CompileContext:
         key = guard_key(guard)
         if all(guard_key(g) != key for g in self.guards):
             self.guards.append(guard)
-
-
-def guard_key(guard):
-    op, a, b = guard
-    return (op, id(a) if isinstance(a, Var) else a, id(b) if isinstance(b, Var) else repr(b))
 
 
 class Executor:

@@ -75,7 +75,9 @@ def _input_proxy(name: str, value, ctx: TraceContext):
         sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
         record(prims.shape, (proxy,), {}, sizes)
         for size in sizes:   # 0 and 1 are specialized, as broadcasting depends on them
-            ctx.guards[("eq", size, size.hint) if size.hint < 2 else ("ge", size, 2)] = None
+            ctx.add_guard(("eq", size, size.hint) if size.hint < 2 else ("ge", size, 2))
+            if size.hint >= 2:
+                ctx.lower_bounds[id(size)] = 2
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
     if isinstance(value, (tuple, list)):
@@ -193,7 +195,7 @@ class JitFunction:
         for (name, proxy), a in zip(inputs, args):
             for v, x in zip(iter_vars(proxy), a if isinstance(a, (tuple, list)) else (a,)):
                 values[id(v)] = x
-        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards))
+        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()))
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)
             if fused is not trace:

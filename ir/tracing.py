@@ -14,7 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import prims
-from ir.proxies import COMPARISONS, NEGATED, IntProxy, TensorProxy, hint
+from ir.proxies import COMPARISONS, NEGATED, IntProxy, TensorProxy, Var, hint
 from ir.trace import Eqn
 
 
@@ -22,11 +22,15 @@ from ir.trace import Eqn
 class TraceContext:
     symbolic: bool
     eqns: list = dataclasses.field(default_factory=list)
-    guards: dict = dataclasses.field(default_factory=dict)   # (op, a, b) -> None, ordered
+    guards: dict = dataclasses.field(default_factory=dict)   # guard_key -> (op, a, b), ordered
     counters: dict = dataclasses.field(default_factory=lambda: {"t": 0, "i": 0})
     aliases: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> equal value
     definitions: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> (op, a, b)
     scalar_results: dict = dataclasses.field(default_factory=dict)  # (op, a, b) -> IntProxy
+    lower_bounds: dict = dataclasses.field(default_factory=dict)    # id(IntProxy) -> int
+
+    def add_guard(self, guard) -> None:
+        self.guards.setdefault(guard_key(guard), guard)
 
     def new_name(self, prefix: str) -> str:
         n = self.counters[prefix]
@@ -148,13 +152,40 @@ def compare(op: str, a, b) -> bool:
         return result
     ctx = current()
     guard = op if result else NEGATED[op]
-    ctx.guards[(guard, a, b)] = None
-    if guard == "eq":   # from now on the two are one size; an int wins
-        if isinstance(a, IntProxy):
+    if guard == "eq":   # from now on the two are one size: the left one becomes the right one,
+        if isinstance(a, IntProxy):         # or the int
             ctx.aliases[id(a)] = b
         else:
             ctx.aliases[id(b)] = a
+    if not isinstance(a, IntProxy) or (isinstance(b, IntProxy) and b.name < a.name):
+        a, b, guard = b, a, FLIPPED[guard]      # one spelling per guard: a proxy on the left
+    if _implied(ctx, guard, a, b):
+        return result
+    ctx.add_guard((guard, a, b))
+    if guard in ("ge", "gt") and not isinstance(b, IntProxy):
+        ctx.lower_bounds[id(a)] = max(ctx.lower_bounds.get(id(a), b), b + (guard == "gt"))
     return result
+
+
+def guard_key(guard) -> tuple:
+    """A hashable key of an (op, a, b) guard by the identity of its values: a guard holding
+    proxies must never be compared with ==, which would record a new guard."""
+    op, a, b = guard
+    return (op,) + tuple(("var", id(x)) if isinstance(x, Var) else ("value", repr(x))
+                         for x in (a, b))
+
+
+FLIPPED = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def _implied(ctx, op, a, b) -> bool:
+    """Whether a guard already recorded implies `a op b` (same guard, or a lower bound)."""
+    if guard_key((op, a, b)) in ctx.guards:
+        return True
+    if isinstance(b, IntProxy) or id(a) not in ctx.lower_bounds:
+        return False
+    low = ctx.lower_bounds[id(a)]
+    return (op == "ge" and low >= b) or (op == "gt" and low > b) or (op == "ne" and low > b)
 
 
 def specialize(x):
