@@ -3,7 +3,7 @@
 # the Triton interpreter on a CPU, the seed's size on a GPU) prints the prologue, the computation
 # traces, the generated kernel, its vector widths and the access widths from PTX (offline sm_90),
 # and writes the autotune report. Extra arguments go to `python -m triton_exec demo`
-# (e.g. --out DIR, default triton_exec_report).
+# (e.g. --out DIR, default perf/out/report).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tests/setup_env.sh

@@ -17,7 +17,6 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TRITON_EXEC_CACHE_DIR="${TRITON_EXEC_CACHE_DIR:-$OUT/cache}"   # kernels + tuning winners
-export TRITON_EXEC_TEST_DEVICE=cuda        # for tests that can run their cases on CUDA tensors
 unset TRITON_INTERPRET
 failed=0
 summary="$OUT/summary.txt"
@@ -49,9 +48,7 @@ step cuda_check 80 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/cuda_check.py --example
 # benchmarks: tuning on (the executor's default on a GPU), a smaller config space
 step bench_rope 110 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=6 "$PY" perf/rope.py
 step bench_padcat 90 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=6 "$PY" perf/padcat.py
-if [[ -f perf/overhead.py ]]; then
-    step bench_overhead 30 "$PY" perf/overhead.py
-fi
+step bench_overhead 40 "$PY" perf/overhead.py --seed-size
 step report 50 "$PY" -m triton_exec report --out "$OUT/report"
 # the test suite's correctness cases (interpreter, CPU tensors) with what time is left
 step pytest 75 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("demo", "report"):
         p = sub.add_parser(name)
-        p.add_argument("--out", default="triton_exec_report", help="report folder")
+        p.add_argument("--out", default="perf/out/report", help="report folder")
         p.add_argument("--small", action="store_true", help="tiny size even on a GPU")
     ns = parser.parse_args(argv)
     return (demo if ns.command == "demo" else report_only)(ns.out, ns.small)
