@@ -315,13 +315,15 @@ def _full(w, eqn, idx, mask, path):
                       f"{TL_DTYPE[dtype]})")
 
 
-def _shift(i: str, by: str) -> str:
-    """i - by, folding i = "j + by" back to j."""
+def _offset(i: str, sign: str, by: str) -> str:
+    """`i + by` or `i - by` (sign "+" or "-"), folding an `i` of the form `j - by` or `j + by`
+    back to `j` (index expressions are sums, so the last term is top-level)."""
     if by == "0":
         return i
-    if i.endswith(f" + {by}"):
-        return i[:-len(f" + {by}")]
-    return f"{i} - {by}"
+    undo = f" {'-' if sign == '+' else '+'} {by}"
+    if i.endswith(undo):
+        return i[:-len(undo)]
+    return f"{i} {sign} {by}"
 
 
 def _slice(w, eqn, idx, mask, path):
@@ -330,7 +332,7 @@ def _slice(w, eqn, idx, mask, path):
     for d, (i, start, step) in enumerate(zip(idx, starts, steps)):
         s = w.size(start, inner=d == inner)
         expr = i if step == 1 else f"({i}) * {step}"
-        expr = expr if s == "0" else f"{expr} + {s}"
+        expr = _offset(expr, "+", s)
         new.append(expr)
         if d == inner:
             path = path.through(start, t.shape[d]) if step == 1 else path.broken()
@@ -347,7 +349,7 @@ def _pad(w, eqn, idx, mask, path):
         lo_s, size_s = w.size(lo, inner=d == inner), w.size(t.shape[d], inner=d == inner)
         conds.append(f"({i} >= {lo_s})")
         conds.append(f"({i} < {lo_s} + {size_s})")
-        new.append(_shift(i, lo_s))
+        new.append(_offset(i, "-", lo_s))
         if d == inner:
             path = path.through(lo, hi, t.shape[d])
     valid = w.let("m", " & ".join(conds), "inside the unpadded input")
@@ -366,7 +368,7 @@ def _cat(w, eqn, idx, mask, path):
         lower = "" if lo == "0" else f" & ({i} >= {lo})"
         cond = w.let("m", f"{mask}{lower} & ({i} < {hi})", f"cat piece {k} of {len(pieces)}")
         piece_idx = list(idx)
-        piece_idx[d] = _shift(i, lo)
+        piece_idx[d] = _offset(i, "-", lo)
         piece_path = path.through(*_boundaries(pieces, d, k)) if d == len(idx) - 1 else path
         values.append(w.value(p, piece_idx, cond, piece_path,
                               f"cat piece {k} of {len(pieces)}"))

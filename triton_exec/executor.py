@@ -30,7 +30,6 @@ class KernelRecord:
     example_args: dict          # kernel parameter -> value in the call that built it
     kernel: object
     compile_s: float = 0.0
-    launches: int = 0
     tuning: autotune.Outcome | None = None    # how `config` was chosen; every timed config
 
     @property

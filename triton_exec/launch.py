@@ -2,13 +2,15 @@
 
 Generated kernels are written to content-named files in a cache folder and imported (compiled
 Triton refuses `exec`'d source, and what the tests run should be what a GPU runs). Each fusion gets a
-launcher: generated Python that allocates the outputs, computes the grid and launches, with
-everything that can be decided once per cache entry already decided.
+launcher: generated Python that allocates the outputs, computes the grid and calls `LAUNCH`, with
+everything that can be decided once per cache entry already decided. On a GPU `LAUNCH` calls the
+compiled kernel directly once Triton has compiled it for the call's specialization.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -17,6 +19,7 @@ import sys
 
 import torch
 import triton
+from triton import knobs
 
 from triton_exec.codegen import Lowered
 
@@ -96,13 +99,13 @@ def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: L
     lines += [f"    {t}_strides = {t}.stride()" for t in strided]
     for k, out in enumerate(lowered.outputs):
         lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")
-    launch_args = ", ".join(p.launch for p in lowered.params)
+    launch_args = ", ".join([p.launch for p in lowered.params] + [str(config.rows), str(config.cols)])
     grid = (f"(({lowered.rows}) + {config.rows - 1}) // {config.rows} * "
             f"(({lowered.cols}) + {config.cols - 1}) // {config.cols}")
     if all(not hasattr(s, "name") for s in lowered.domain):    # constant sizes: fold now
         grid = str(eval(grid))
-    call = (f"KERNEL[({grid},)]({launch_args}, ROWS={config.rows}, COLS={config.cols}, "
-            f"num_warps={config.num_warps})")
+    call = (f"LAUNCH(({grid},), ({launch_args}))  "
+            f"# ..., ROWS={config.rows}, COLS={config.cols}; num_warps={config.num_warps}")
     if any(not hasattr(s, "name") and int(s) == 0 for s in lowered.domain):
         lines.append("    # the output is empty: nothing to launch")
     elif any(hasattr(s, "name") for s in lowered.domain):
@@ -118,11 +121,76 @@ def _py(s) -> str:
     return s.name if hasattr(s, "name") else str(int(s))
 
 
+def int_key(value: int) -> tuple:
+    """What Triton's launcher specializes an integer argument on: equal to 1 (made a constant),
+    divisible by 16, and its type (i32, i64 or u64)."""
+    return value == 1, value % 16 == 0, -2 ** 31 <= value < 2 ** 31, value >= 2 ** 63
+
+
+class PlainLaunch:
+    """`LAUNCH(grid, args)` through Triton's own `kernel[grid](...)`: binds, specializes and looks
+    its cache up on every call. The interpreter's path, and the GPU's with TRITON_EXEC_LAUNCH=plain."""
+
+    def __init__(self, kernel, num_warps: int):
+        self.kernel, self.num_warps = kernel, num_warps
+
+    def __call__(self, grid, args):
+        return self.kernel[grid](*args, num_warps=self.num_warps)
+
+
+class DirectLaunch(PlainLaunch):
+    """`LAUNCH(grid, args)` that goes through Triton once per specialization, then calls the
+    compiled kernel's launcher directly, as Triton's `JITFunction.run` does after binding.
+
+    The cache entry's guards fix dtypes, devices, constexprs and options; what can still vary
+    between calls is what Triton specializes pointers and integers on (16-byte alignment,
+    divisibility by 16, equality to 1, the integer type), so each distinct `key` of those facts
+    gets its own compiled kernel from a plain launch. A kernel object without the expected
+    launcher interface keeps the plain path.
+    """
+
+    def __init__(self, kernel, num_warps: int, pointers: list[int], ints: list[int], stream):
+        super().__init__(kernel, num_warps)
+        self.pointers, self.ints, self.stream = pointers, ints, stream
+        self.compiled: dict[tuple, object] = {}
+        self.plain = False
+
+    def key(self, args) -> tuple:
+        return (tuple([args[i].data_ptr() % 16 == 0 for i in self.pointers]),
+                tuple([int_key(args[i]) for i in self.ints]))
+
+    def __call__(self, grid, args):
+        if self.plain:
+            return super().__call__(grid, args)
+        key = self.key(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = super().__call__(grid, args)
+            if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata",
+                                                   "launch_metadata")):
+                self.compiled[key] = compiled
+            else:
+                self.plain = True
+            return None
+        stream = self.stream()
+        compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(grid, stream, *args),
+                     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+
+
 class NoopKernel:
-    """Benchmark-only stand-in for a kernel: `kernel[grid](...)` does nothing."""
+    """Benchmark-only stand-in for a kernel: launching it, plain or direct, does nothing."""
+
+    function = packed_metadata = None
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        return lambda *args, **kwargs: self
+
+    def run(self, *args):
+        return None
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
 
 
 _noop_launches = False
@@ -131,8 +199,9 @@ _noop_launches = False
 @contextlib.contextmanager
 def noop_launches():
     """Benchmark-only switch: launchers built inside this block (the cache entries compiled in it)
-    skip their kernel launch, so perf/overhead.py can time the framework's own host work per call
-    on a machine without a GPU. Their outputs are left uninitialized: never use it for results."""
+    take the direct launch path to a kernel that does nothing, so perf/overhead.py can time the
+    framework's own host work per call on a machine without a GPU. Their outputs are left
+    uninitialized: never use it for results."""
     global _noop_launches
     previous, _noop_launches = _noop_launches, True
     try:
@@ -141,11 +210,27 @@ def noop_launches():
         _noop_launches = previous
 
 
+def make_launch(lowered: Lowered, kernel, config: LaunchConfig, device):
+    """The LAUNCH object of a launcher: direct on a GPU (and for no-op launches), plain under the
+    interpreter or with TRITON_EXEC_LAUNCH=plain."""
+    positions = {p.kind: [] for p in lowered.params}
+    for i, p in enumerate(lowered.params):
+        positions[p.kind].append(i)
+    pointers, ints = positions.get("pointer", []), positions.get("int", [])
+    if _noop_launches:
+        return DirectLaunch(NoopKernel(), config.num_warps, pointers, ints, lambda: 0)
+    direct = (device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+              and os.environ.get("TRITON_EXEC_LAUNCH", "direct") != "plain")
+    if not direct:
+        return PlainLaunch(kernel, config.num_warps)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return DirectLaunch(kernel, config.num_warps, pointers, ints,
+                        functools.partial(torch._C._cuda_getCurrentRawStream, index))
+
+
 def build_launcher(name: str, lowered: Lowered, kernel, arg_names, config, device):
     source = launcher_source(name, lowered, arg_names, config, device)
-    if _noop_launches:
-        kernel = NoopKernel()
-    ns = {"torch": torch, "triton": triton, "KERNEL": kernel, "DEVICE": device}
+    ns = {"torch": torch, "LAUNCH": make_launch(lowered, kernel, config, device), "DEVICE": device}
     exec(compile(source, f"<launcher {name}>", "exec"), ns)
     return ns[name], source
 
