@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from triton_exec.report import INTERPRETER_NOTE, ConfigResult, KernelReport, write_report
+from triton_exec.report_format import INTERPRETER_NOTE, ConfigResult, KernelReport, write_report
 
 
 def rope_kernel_report() -> KernelReport:

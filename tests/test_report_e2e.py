@@ -6,7 +6,7 @@ import pytest
 
 import triton_exec
 from triton_exec import autotune
-from triton_exec.report import INTERPRETER_NOTE
+from triton_exec.report_format import INTERPRETER_NOTE
 
 from test_autotune import rope, rope_args
 
@@ -54,8 +54,3 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     jrope2 = ir.jit(rope, executors=["triton"])
     jrope2(*args)
     assert triton_exec.last_kernels(jrope2)[0].tuning.source == "cache"
-
-
-def test_callable_report_is_still_the_report_module():
-    from triton_exec.report import write_report
-    assert triton_exec.report.write_report is write_report

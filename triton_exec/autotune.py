@@ -34,7 +34,7 @@ import torch
 import triton
 
 from triton_exec.launch import LaunchConfig, heuristic_config
-from triton_exec.report import ConfigResult
+from triton_exec.report_format import ConfigResult
 from triton_exec.tuning_cache import TuningCache, default_tuning_cache_path
 
 ENV = "TRITON_EXEC_AUTOTUNE"                  # "0": never tune; "1": tune even on the interpreter

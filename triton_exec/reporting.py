@@ -18,7 +18,7 @@ import torch
 import ir
 from ir.jit import JitFunction
 from triton_exec import autotune
-from triton_exec.report import ConfigResult, KernelReport, write_report
+from triton_exec.report_format import ConfigResult, KernelReport, write_report
 
 
 def ideal_bytes(record) -> int:
