@@ -187,6 +187,8 @@ class JitFunction:
             inputs = tuple((name, _input_proxy(name, a, ctx))
                            for name, a in zip(self.param_names, args))
             outputs = _check_outputs(self.fn(*[value for _, value in inputs]))
+        ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
+                                if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
         traces = [traced]
         trace = passes.dce(passes.cse(traced), keep_host=True)

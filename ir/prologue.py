@@ -45,7 +45,8 @@ class Prologue:
 def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
     if isinstance(value, TensorProxy):
         dtype = render(value.dtype)
-        dev = f"DEVICE_{len(ns)}"
+        dev = next((k for k, v in ns.items() if k.startswith("DEVICE_") and v == value.device),
+                   f"DEVICE_{sum(k.startswith('DEVICE_') for k in ns)}")
         ns[dev] = value.device
         lines.append(f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
                      f"{name}.device == {dev} and {name}.ndim == {value.ndim} and "

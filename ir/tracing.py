@@ -32,6 +32,14 @@ class TraceContext:
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
 
+    def canonicalize_shapes(self, tensors) -> None:
+        """Rewrites each traced tensor's shape with the representatives of its sizes, once tracing
+        is done: a size that a later guard made 1 (or equal to another size) reads so in every
+        pass and lowering, e.g. as a broadcast dimension."""
+        with tracing(self):
+            for t in tensors:
+                t.shape = tuple(canonical(s) for s in t.shape)
+
     def new_name(self, prefix: str) -> str:
         n = self.counters[prefix]
         self.counters[prefix] = n + 1
@@ -56,8 +64,16 @@ def current() -> TraceContext:
     return _active[-1]
 
 
-def new_tensor(shape, dtype, device) -> TensorProxy:
-    return TensorProxy(current().new_name("t"), [canonical(s) for s in shape], dtype, device)
+def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
+    return TensorProxy(current().new_name("t"), [canonical(s) for s in shape], dtype, device,
+                       requires_grad and dtype.is_floating_point)
+
+
+def _needs_grad(args) -> bool:
+    """Whether an output computed from `args` requires grad, as autograd would say (for a float
+    output): the executors keep such values on PyTorch, which records the backward graph."""
+    return any(isinstance(x, TensorProxy) and x.requires_grad
+               for x in pytree.tree_flatten(args)[0])
 
 
 def canonical(x):
@@ -77,7 +93,8 @@ def new_int(value: int) -> IntProxy:
 def bind(prim, *args, **params):
     """Records `prim(*args, **params)` and returns its output proxy (or proxies)."""
     metas = prim.meta(*args, **params)
-    outs = tuple(new_tensor(*m) for m in metas)
+    grad = _needs_grad(args)
+    outs = tuple(new_tensor(*m, requires_grad=grad) for m in metas)
     current().eqns.append(Eqn(prim, args, params, outs))
     return outs[0] if len(outs) == 1 else outs
 
@@ -261,7 +278,7 @@ def opaque(fn, args, kwargs):
         raise NotImplementedError(
             f"ir.jit cannot trace {name}: it returns {type(result).__name__}, not tensors")
     device = devices[0] if devices else torch.device("cpu")
-    outs = [new_tensor(r.shape, r.dtype, device) for r in results]
+    outs = [new_tensor(r.shape, r.dtype, device, _needs_grad(flat)) for r in results]
     args = pytree.tree_unflatten([specialize(x) for x in flat], spec)
     record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1]}, outs)
     if isinstance(result, (tuple, list)):

@@ -142,3 +142,31 @@ def test_cpu_tensors_go_to_torch_without_the_interpreter(monkeypatch):
     x = torch.randn(4)
     assert_close(jfn(x), x * 2)
     assert triton_exec.last_kernels(jfn) == []
+
+
+def test_values_that_need_grad_stay_on_torch_and_keep_their_backward():
+    def f(x, y):
+        return F.pad(x, (1, 1)) * 2 + y
+
+    jf = ir.jit(f, executors=["triton"])
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 6)
+    out = jf(x, y)
+    assert not triton_exec.last_kernels(jf)
+    out.sum().backward()
+    x_ref = x.detach().requires_grad_()
+    f(x_ref, y).sum().backward()
+    assert_close(x.grad, x_ref.grad)
+    jf(x.detach(), y)           # the same values without grad: a new entry, fused
+    assert len(triton_exec.last_kernels(jf)) == 1
+
+
+def test_a_size_guarded_to_one_after_it_was_made_broadcasts():
+    # found by hypothesis: the cat's size 1 + (n1 - n0) is only known to be 1 when the add
+    # broadcasts it, after the cat was traced
+    def f(x0, x1, n0, n1):
+        return x0 + torch.cat((x1, x1[n0:n1]), dim=0)
+
+    jf = ir.jit(f, executors=["triton"], cache="symbolic values")
+    x0, x1 = torch.randn(2, 1), torch.randn(1, 1)
+    assert_close(jf(x0, x1, 1, 1), f(x0, x1, 1, 1))
+    assert len(triton_exec.last_kernels(jf)) == 1
