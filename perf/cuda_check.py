@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import ir  # noqa: E402
 import triton_exec  # noqa: E402,F401
 from padcat import cat_last, pad_last, pad_middle, slice_aligned, slice_misaligned  # noqa: E402
-from rope import rope  # noqa: E402
+from ir.examples import rope  # noqa: E402
 
 
 def on_device(t: torch.Tensor, device) -> torch.Tensor:

@@ -33,24 +33,13 @@ if not CUDA:     # the Triton executor claims CPU tensors only under the interpr
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ir  # noqa: E402
+from ir.examples import rope, rope_inputs  # noqa: E402
 import triton_exec  # noqa: E402,F401  (registers the "triton" executor)
 from triton_exec.launch import noop_launches  # noqa: E402
 
 
-def rope(x, cos, sin, n: int):
-    xr = x[..., :n]
-    x1, x2 = xr[..., : n // 2], xr[..., n // 2 :]
-    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
-    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
-
-
 def tiny_inputs(shape=(1, 2, 4, 32), n=8, dtype=torch.float32):
-    g = torch.Generator().manual_seed(0)
-    device = "cuda" if CUDA else "cpu"
-    x = torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
-    cos = torch.randn(shape[-2], n, generator=g).to(device=device, dtype=dtype)
-    sin = torch.randn(shape[-2], n, generator=g).to(device=device, dtype=dtype)
-    return (x, cos, sin, n)
+    return rope_inputs(*shape, n=n, dtype=dtype, device="cuda" if CUDA else "cpu")
 
 
 def rows(args) -> list[tuple[str, object, bool]]:

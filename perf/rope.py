@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench  # noqa: E402
+from ir.examples import rope, rope_inputs  # noqa: E402
 
 # name: (B, n_head, T, head, rope width)
 GPU_SIZES = {
@@ -27,23 +28,11 @@ CPU_SIZES = {
 }
 
 
-def rope(x, cos, sin, n: int):
-    xr = x[..., :n]
-    x1, x2 = xr[..., : n // 2], xr[..., n // 2:]
-    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
-    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
-
-
-import torch  # noqa: E402
-
-
 def cases(device):
+    import torch
     sizes = CPU_SIZES if device == "cpu" else GPU_SIZES
     for name, (b, h, t, d, n) in sizes.items():
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(b, h, t, d, generator=g).to(torch.bfloat16).to(device)
-        cos = torch.randn(t, n, generator=g).to(torch.bfloat16).to(device)
-        sin = torch.randn(t, n, generator=g).to(torch.bfloat16).to(device)
+        x, cos, sin, n = rope_inputs(b, h, t, d, n, dtype=torch.bfloat16, device=device)
         nbytes = _bench.tensor_bytes(x, cos, sin, x)       # read x, cos, sin; write out like x
         yield name, rope, (x, cos, sin, n), nbytes
 

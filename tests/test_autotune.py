@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import ir
+from ir.examples import rope, rope_inputs
 import triton_exec
 from triton_exec import autotune
 from triton_exec.launch import heuristic_config
@@ -19,19 +20,8 @@ from triton_exec.launch import heuristic_config
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def rope(x, cos, sin, n: int):
-    xr = x[..., :n]
-    x1, x2 = xr[..., : n // 2], xr[..., n // 2:]
-    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
-    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
-
-
 def rope_args():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 2, 8, 32, generator=g).to(torch.bfloat16)
-    cos = torch.randn(8, 8, generator=g).to(torch.bfloat16)
-    sin = torch.randn(8, 8, generator=g).to(torch.bfloat16)
-    return x, cos, sin, 8
+    return rope_inputs(B=1, H=2, T=8, hs=32, n=8, dtype=torch.bfloat16)
 
 
 def run_rope():

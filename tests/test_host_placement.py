@@ -6,7 +6,7 @@ import torch
 import ir
 import triton_exec  # noqa: F401  (registers "triton")
 from programs import assert_close
-from rope_functions import rope, rope_inputs
+from ir.examples import rope, rope_inputs
 
 
 def code_lines(jfn):

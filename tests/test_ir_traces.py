@@ -2,17 +2,11 @@
 appear once, dead code and repeats are gone, size arithmetic stays on the host."""
 
 import ir
+from ir.examples import rope
 import pytest
 import torch
 
 CONSTANT, SYMBOLIC = "constant values", "symbolic values"
-
-
-def rope(x, cos, sin, n: int):
-    xr = x[..., :n]
-    x1, x2 = xr[..., : n // 2], xr[..., n // 2 :]
-    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
-    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
 
 
 def rope_args(batch=1, dtype=torch.float32):

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import ir
 import triton_exec
 from programs import assert_close
-from rope_functions import rope, rope_inputs, rope_qkv
+from ir.examples import rope, rope_inputs, rope_qkv
 
 MODES = ["constant values", "symbolic values"]
 

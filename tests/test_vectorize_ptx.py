@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import ir
 import triton_exec
 from programs import assert_close
-from rope_functions import rope, rope_inputs
+from ir.examples import rope, rope_inputs
 
 
 def run(fn, *args, executor="triton", mode="constant values"):

@@ -22,32 +22,18 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     os.execv(sys.executable, [sys.executable, "-m", "triton_exec", *sys.argv[1:]])
 
 import ir  # noqa: E402
+from ir.examples import rope, rope_inputs  # noqa: E402
 import triton_exec  # noqa: E402
 
-SEED_SIZE = dict(bsz=256, heads=16, seq=1024, head=32, n=8)
-SMALL_SIZE = dict(bsz=1, heads=2, seq=8, head=32, n=8)
-
-
-def rope(x, cos, sin, n: int):
-    xr = x[..., :n]
-    x1, x2 = xr[..., : n // 2], xr[..., n // 2:]
-    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
-    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
-
-
-def rope_inputs(bsz, heads, seq, head, n, dtype=torch.bfloat16, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(bsz, heads, seq, head, generator=g).to(dtype=dtype, device=device)
-    cos = torch.randn(seq, n, generator=g).to(dtype=dtype, device=device)
-    sin = torch.randn(seq, n, generator=g).to(dtype=dtype, device=device)
-    return x, cos, sin, n
+SEED_SIZE = dict(B=256, H=16, T=1024, hs=32, n=8)
+SMALL_SIZE = dict(B=1, H=2, T=8, hs=32, n=8)
 
 
 def default_case(small: bool = False):
     """(jitted rope, args, size description) for this machine."""
     cuda = torch.cuda.is_available() and not small and os.environ.get("TRITON_INTERPRET") != "1"
     size = SEED_SIZE if cuda else SMALL_SIZE
-    args = rope_inputs(**size, device="cuda" if cuda else "cpu")
+    args = rope_inputs(**size, dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
     jrope = ir.jit(rope, executors=["triton"], cache="constant values")
     where = "GPU, the seed's size" if cuda else "CPU via the Triton interpreter, a small size"
     return jrope, args, f"x bf16{list(args[0].shape)}, rope width {size['n']} ({where})"

@@ -1,9 +1,10 @@
-"""The seed's RoPE functions, shared by the tests."""
+"""The seed's RoPE, as plain PyTorch functions: the demo's embedded default, also run by the tests
+and the benchmarks. `rope` is the seed's `rope_one_entry`."""
 import torch
 
 
 def rope(x, cos, sin, n: int):
-    """rope_one_entry of the seed: rotate the first n features of the head dim."""
+    """Rotates the first n features of the head dim of x [..., T, head] by cos/sin [T, n]."""
     xr = x[..., :n]
     x1, x2 = xr[..., : n // 2], xr[..., n // 2:]
     roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
@@ -19,6 +20,7 @@ def rope_qkv(qkv, cos, sin, n_head: int, n_groups: int, hs: int, n: int):
 
 
 def rope_inputs(B=2, H=4, T=16, hs=32, n=8, dtype=torch.float32, device="cpu", seed=0):
+    """(x [B, H, T, hs], cos [T, n], sin [T, n], n), random with a fixed seed."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, H, T, hs, generator=g).to(dtype=dtype, device=device)
     cos = torch.randn(T, n, generator=g).to(dtype=dtype, device=device)
