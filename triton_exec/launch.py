@@ -121,10 +121,15 @@ def _py(s) -> str:
     return s.name if hasattr(s, "name") else str(int(s))
 
 
-def int_key(value: int) -> tuple:
-    """What Triton's launcher specializes an integer argument on: equal to 1 (made a constant),
-    divisible by 16, and its type (i32, i64 or u64)."""
-    return value == 1, value % 16 == 0, -2 ** 31 <= value < 2 ** 31, value >= 2 ** 63
+def specialization_key(pointers: list[int], ints: list[int]):
+    """A function of a launch's argument tuple giving what Triton's launcher specializes on: for
+    the pointers at `pointers`, 16-byte alignment; for the integers at `ints`, equality to 1 (made
+    a constant), divisibility by 16 and the type (i32, i64, u64). Generated, to be cheap per call."""
+    facts = [f"a[{i}].data_ptr() % 16 == 0" for i in pointers]
+    for i in ints:
+        facts += [f"a[{i}] == 1", f"a[{i}] % 16 == 0", f"-{2 ** 31} <= a[{i}] < {2 ** 31}",
+                  f"a[{i}] >= {2 ** 63}"]
+    return eval(f"lambda a: ({', '.join(facts)}{',' if len(facts) == 1 else ''})")
 
 
 class PlainLaunch:
@@ -145,19 +150,17 @@ class DirectLaunch(PlainLaunch):
     The cache entry's guards fix dtypes, devices, constexprs and options; what can still vary
     between calls is what Triton specializes pointers and integers on (16-byte alignment,
     divisibility by 16, equality to 1, the integer type), so each distinct `key` of those facts
-    gets its own compiled kernel from a plain launch. A kernel object without the expected
+    gets its own compiled kernel from a plain launch. `pointers` and `ints` are the positions
+    in the argument tuple whose facts can vary. A kernel object without the expected
     launcher interface keeps the plain path.
     """
 
     def __init__(self, kernel, num_warps: int, pointers: list[int], ints: list[int], stream):
         super().__init__(kernel, num_warps)
-        self.pointers, self.ints, self.stream = pointers, ints, stream
+        self.key = specialization_key(pointers, ints)
+        self.stream = stream
         self.compiled: dict[tuple, object] = {}
         self.plain = False
-
-    def key(self, args) -> tuple:
-        return (tuple([args[i].data_ptr() % 16 == 0 for i in self.pointers]),
-                tuple([int_key(args[i]) for i in self.ints]))
 
     def __call__(self, grid, args):
         if self.plain:
@@ -213,10 +216,12 @@ def noop_launches():
 def make_launch(lowered: Lowered, kernel, config: LaunchConfig, device):
     """The LAUNCH object of a launcher: direct on a GPU (and for no-op launches), plain under the
     interpreter or with TRITON_EXEC_LAUNCH=plain."""
-    positions = {p.kind: [] for p in lowered.params}
-    for i, p in enumerate(lowered.params):
-        positions[p.kind].append(i)
-    pointers, ints = positions.get("pointer", []), positions.get("int", [])
+    # Pointers whose alignment cannot vary are left out: inputs the prologue checks to be 16-byte
+    # aligned, and outputs (no .tensor; fresh from torch's allocators, aligned to far more).
+    checked = {id(g[1]) for g in lowered.guards if g[0] == "aligned" and g[2] % 16 == 0}
+    pointers = [i for i, p in enumerate(lowered.params) if p.kind == "pointer"
+                and p.tensor is not None and id(p.tensor) not in checked]
+    ints = [i for i, p in enumerate(lowered.params) if p.kind == "int"]
     if _noop_launches:
         return DirectLaunch(NoopKernel(), config.num_warps, pointers, ints, lambda: 0)
     direct = (device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
