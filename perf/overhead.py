@@ -13,7 +13,9 @@ RoPE's arguments (x, cos, sin, n); `checked` rows must match eager. The first ro
 Without a GPU the Triton rows run on CPU tensors with every kernel launch replaced by a no-op
 (the benchmark-only switch `triton_exec.launch.noop_launches()`), so they show the
 framework's own cost per call: key, prologue, the generated computation and launcher (output
-allocation, grid, argument packing), without the launch itself. On a GPU they launch for real.
+allocation, grid, argument packing, the direct launch's specialization key and call), without
+the launch itself. On a GPU they launch for real, and one more row launches through Triton's own
+`kernel[grid](...)` path (TRITON_EXEC_LAUNCH=plain) to measure the lean launch against it.
 With --seed-size on a GPU it also reports host time per call against kernel time at the seed's size.
 """
 from __future__ import annotations
@@ -47,6 +49,15 @@ def rows(args) -> list[tuple[str, object, bool]]:
     constant = ir.jit(rope, executors=["torch"], cache="constant values")
     symbolic = ir.jit(rope, executors=["torch"], cache="symbolic values")
     launches = "" if CUDA else " (launches no-op'd)"
+    plain_rows = []
+    if CUDA:    # the lean launch against Triton's own launch path, the entry otherwise the same
+        os.environ["TRITON_EXEC_LAUNCH"] = "plain"
+        try:
+            plain = ir.jit(rope, executors=["triton"], cache="constant values")
+            plain(*args)
+        finally:
+            del os.environ["TRITON_EXEC_LAUNCH"]
+        plain_rows = [("ir.jit triton, constant values, TRITON_EXEC_LAUNCH=plain", plain, True)]
     triton_constant = ir.jit(rope, executors=["triton"], cache="constant values")
     triton_symbolic = ir.jit(rope, executors=["triton"], cache="symbolic values")
     if not CUDA:    # build their cache entries now, with launches no-op'd
@@ -60,7 +71,7 @@ def rows(args) -> list[tuple[str, object, bool]]:
         (f"ir.jit triton, constant values{launches}", triton_constant, CUDA),
         (f"ir.jit triton, symbolic values{launches}", triton_symbolic, CUDA),
         (f"ir.thin triton, symbolic values{launches}", ir.thin(triton_symbolic, *args), CUDA),
-    ]
+    ] + plain_rows
 
 
 def time_per_call_us(fn, args, calls: int) -> float:
