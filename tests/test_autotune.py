@@ -60,7 +60,7 @@ def test_forced_tuning_persists_the_winner_and_a_new_instance_reuses_it(cache_di
     assert all(r.p20_ms <= r.p50_ms <= r.p80_ms for r in tuning.results)
     best = min(tuning.results, key=lambda r: r.p50_ms)
     assert best.config == {"ROWS": record.config.rows, "COLS": record.config.cols,
-                           "num_warps": record.config.num_warps}
+                           "num_warps": record.config.num_warps, "VEC": record.config.vec}
     stored = json.loads((cache_dir / "tuning.json").read_text())["entries"]
     assert stored[tuning.key]["timed_on"] == "interpreter"
     assert {k: stored[tuning.key][k] for k in best.config} == best.config
@@ -124,6 +124,9 @@ def test_config_space_keeps_a_vector_per_thread(rows, cols, width):
     heuristic = heuristic_config(FakeLowered(), rows, cols)
     space = autotune.config_space(heuristic, rows, width, max_configs=12)
     assert space[0] == heuristic and len(space) == len(set(space)) and 1 <= len(space) <= 12
+    assert heuristic.vec == width
+    # every narrower vector width, right after the heuristic: the vectorization's A/B
+    assert [c.vec for c in space[1:width.bit_length()]] == [2 ** k for k in range(width.bit_length() - 1)]
     for c in space:
-        assert c.cols == heuristic.cols
-        assert c.rows * c.cols >= 32 * c.num_warps * width
+        assert c.cols == heuristic.cols and c.vec <= width
+        assert c.rows * c.cols >= 32 * c.num_warps * c.vec

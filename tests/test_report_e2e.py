@@ -36,7 +36,7 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     assert len(kernel["configs"]) == 2
     for config in kernel["configs"]:
         assert config["error"] is None and config["p20_ms"] <= config["p50_ms"] <= config["p80_ms"]
-        assert set(config["config"]) == {"ROWS", "COLS", "num_warps"}
+        assert set(config["config"]) == {"ROWS", "COLS", "num_warps", "VEC"}
     assert kernel["winner"] in [c["config"] for c in kernel["configs"]]
     assert kernel["margin"] >= 1.0 and kernel["achieved_gbps"] > 0 and kernel["copy_share"] is None
     x, cos, sin, _ = args

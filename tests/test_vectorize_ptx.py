@@ -1,6 +1,8 @@
 """Resize-aware vectorization, proven in PTX: each generated kernel is compiled offline for
 sm_90 with the specialization a launch would use, and the widths of its global loads and stores
 are read back. Every case also runs through the interpreter against eager."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -114,3 +116,12 @@ def test_analysis_off_gives_scalar_accesses(name, fn, args, loads, stores):
     itemsize = args[0].element_size()
     assert set(counts["ld"]) == {itemsize} and set(counts["st"]) == {itemsize}
     assert record.min_vector_width == 1
+
+
+@pytest.mark.parametrize("vec,expected", [(1, {4}), (2, {8}), (4, {16})])
+def test_the_vec_tuning_knob_caps_the_access_width(vec, expected):
+    _, record, _ = run(lambda x: F.pad(x, (4, 4)), torch.randn(64))
+    assert record.config.vec == 4       # the heuristic takes the analysis' maximum
+    capped = dataclasses.replace(record, config=dataclasses.replace(record.config, vec=vec))
+    counts = capped.access_widths()
+    assert set(counts["ld"]) == expected and set(counts["st"]) == expected

@@ -65,7 +65,8 @@ def demo(out_dir: str, small: bool) -> int:
         print(f"\n# ---- Kernel {k.name} ----")
         print(k.source)
         print(f"# Launch config: ROWS={k.config.rows}, COLS={k.config.cols}, "
-              f"num_warps={k.config.num_warps} ({k.tuning.source if k.tuning else 'heuristic'})")
+              f"VEC={k.config.vec}, num_warps={k.config.num_warps} "
+              f"({k.tuning.source if k.tuning else 'heuristic'})")
         print("# Vector widths (elements per access, from the analysis):")
         for label, width in k.vector_width.items():
             print(f"#   {label}: {width}")

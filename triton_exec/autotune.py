@@ -5,16 +5,17 @@
 1. the tuning key: kernel source hash + the dtypes of its tensors + the shape bucket (every size of
    the output domain rounded up to a power of two) + the device kind;
 2. a winner persisted in the `TuningCache` for that key is used as is (no timing);
-3. else, if tuning is on, every config of a small space (ROWS per program x num_warps; COLS is the
-   heuristic's) is timed on the building call's own inputs and the min p50 wins and is persisted;
+3. else, if tuning is on, every config of a small space (ROWS per program x num_warps x VEC;
+   COLS is the heuristic's) is timed on the building call's own inputs and the min p50 wins and is persisted;
 4. else the heuristic config, untimed.
 
 Tuning is on for CUDA tensors (compiled Triton) unless ``TRITON_EXEC_AUTOTUNE=0``; on the
 interpreter only when forced (``TRITON_EXEC_AUTOTUNE=1`` or the `forced()` context), and its
-timings are interpreter timings, labelled so. The vector width is not a tuning knob: the
-analysis proves the largest legal width per access and Triton picks the width per access from what
-the kernel lets it prove; the config space only keeps every thread holding a full vector along
-COLS (``ROWS * COLS >= 32 * num_warps * V``), without which Triton could not use it.
+timings are interpreter timings, labelled so. The space: ROWS per program x num_warps, and VEC,
+the vector width from 1 up to the analysis' maximum (the analysis proves the largest legal width
+per access; a smaller VEC caps what Triton may assume, through `tl.max_contiguous`). Every config
+keeps each thread holding a full vector along COLS (``ROWS * COLS >= 32 * num_warps * VEC``),
+without which Triton could not use it.
 
 Every tried config's result (p20/p50/p80 in ms, or the failure reason) stays on the outcome, which
 the kernel record keeps for the report.
@@ -151,11 +152,15 @@ def tuning_key(source: str, example_args: dict, domain: tuple, device: str) -> s
 
 def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: int,
                  ) -> list[LaunchConfig]:
-    """ROWS x num_warps around the heuristic, COLS kept; each thread holds >= `vector` elements
-    along COLS (ROWS*COLS >= 32*num_warps*V) and at most 64 elements in all. The heuristic comes
-    first; the rest are the nearest to it (in tile size, then warps), at most `max_configs`."""
+    """The heuristic first; then the same tile with each narrower VEC (1, 2, ... below the
+    analysis' maximum `vector`), the A/B of the vectorization; then ROWS x num_warps around the
+    heuristic at the full VEC, nearest first (in tile size, then warps). COLS is kept; each thread
+    holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC) and at most 64 in all. At
+    most `max_configs`."""
     cols = heuristic.cols
     max_rows = max(triton.next_power_of_2(max(rows, 1)), heuristic.rows)
+    narrower = [dataclasses.replace(heuristic, vec=v)
+                for v in (2 ** k for k in range(int(math.log2(vector)))) if v < heuristic.vec]
     candidates = {heuristic}
     r = 1
     while r <= max_rows:
@@ -163,7 +168,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
         if tile <= 16384 and (tile >= 256 or r == max_rows):
             for warps in (1, 2, 4, 8):
                 if tile >= 32 * warps * vector and tile <= 64 * 32 * warps:
-                    candidates.add(LaunchConfig(r, cols, warps))
+                    candidates.add(LaunchConfig(r, cols, warps, vector))
         r *= 2
 
     def distance(c: LaunchConfig):
@@ -171,7 +176,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
                 abs(math.log2(c.num_warps) - math.log2(heuristic.num_warps)), c.rows, c.num_warps)
 
     rest = sorted(candidates - {heuristic}, key=distance)
-    return [heuristic] + rest[:max(max_configs - 1, 0)]
+    return ([heuristic] + narrower + rest)[:max(max_configs, 1)]
 
 
 def _label(config: dict) -> str:
@@ -179,15 +184,17 @@ def _label(config: dict) -> str:
 
 
 def _public(config: LaunchConfig) -> dict:
-    return {"ROWS": config.rows, "COLS": config.cols, "num_warps": config.num_warps}
+    return {"ROWS": config.rows, "COLS": config.cols, "num_warps": config.num_warps,
+            "VEC": config.vec}
 
 
 def _from_public(stored: dict) -> LaunchConfig | None:
     try:
-        config = LaunchConfig(int(stored["ROWS"]), int(stored["COLS"]), int(stored["num_warps"]))
+        config = LaunchConfig(int(stored["ROWS"]), int(stored["COLS"]), int(stored["num_warps"]),
+                              int(stored["VEC"]))
     except (KeyError, TypeError, ValueError):
         return None
-    if all(v > 0 and v & (v - 1) == 0 for v in (config.rows, config.cols, config.num_warps)):
+    if all(v > 0 and v & (v - 1) == 0 for v in dataclasses.astuple(config)):
         return config
     return None
 
@@ -243,7 +250,8 @@ def benchmark(lowered, kernel, configs, example_args: dict, domain: list[int], d
         grid = (triton.cdiv(rows, config.rows) * triton.cdiv(cols, config.cols),)
 
         def run(config=config, grid=grid):
-            kernel[grid](*args, ROWS=config.rows, COLS=config.cols, num_warps=config.num_warps)
+            kernel[grid](*args, ROWS=config.rows, COLS=config.cols, VEC=config.vec,
+                         num_warps=config.num_warps)
 
         public = _public(config)
         try:

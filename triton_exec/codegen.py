@@ -520,8 +520,9 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
               "pid = tl.program_id(0)",
               f"col_blocks = ({cols_extent} + COLS - 1) // COLS",
               "rows = (pid // col_blocks).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
+              "# VEC caps the contiguity Triton may assume along COLS, so the access width",
               "cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
-              + " * COLS + tl.arange(0, COLS)[None, :]",
+              + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]",
               f"in_domain = (rows < {rows_extent}) & (cols < {cols_extent})"]
     if outer:
         header.append("# Outer indices of the output, from the row index")
@@ -543,7 +544,8 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         stores.append(f"tl.store(out{k}_ptr + rows * {cols_extent} + cols, "
                       f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
                       f"# {out.name}, {width} per access")
-    signature = ", ".join([p.name for p in w.params] + ["ROWS: tl.constexpr", "COLS: tl.constexpr"])
+    signature = ", ".join([p.name for p in w.params]
+                          + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"])
     prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two divisor"
                ] + w.prelude if w.prelude else []
     body = prelude + header + w.lines + ["# Stores"] + stores

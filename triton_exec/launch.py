@@ -66,6 +66,7 @@ class LaunchConfig:
     rows: int           # ROWS: flattened outer indices per program
     cols: int           # COLS: innermost indices per program
     num_warps: int
+    vec: int            # VEC: elements per access at most (the analysis' maximum, or fewer)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -74,7 +75,8 @@ class LaunchConfig:
 def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
     """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024), and few
-    enough warps that each thread holds at least one full vector along COLS."""
+    enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
+    widest access."""
     width = lowered.max_width
     cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
     cols = max(cols, width)
@@ -84,7 +86,7 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
         warps //= 2
     if rows * cols < 32 * warps * width:      # a tiny tile: grow it so every thread has a vector
         rows = max(rows, (32 * warps * width) // cols)
-    return LaunchConfig(rows, cols, warps)
+    return LaunchConfig(rows, cols, warps, width)
 
 
 def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: LaunchConfig,
@@ -99,13 +101,15 @@ def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: L
     lines += [f"    {t}_strides = {t}.stride()" for t in strided]
     for k, out in enumerate(lowered.outputs):
         lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")
-    launch_args = ", ".join([p.launch for p in lowered.params] + [str(config.rows), str(config.cols)])
+    launch_args = ", ".join([p.launch for p in lowered.params]
+                            + [str(config.rows), str(config.cols), str(config.vec)])
     grid = (f"(({lowered.rows}) + {config.rows - 1}) // {config.rows} * "
             f"(({lowered.cols}) + {config.cols - 1}) // {config.cols}")
     if all(not hasattr(s, "name") for s in lowered.domain):    # constant sizes: fold now
         grid = str(eval(grid))
     call = (f"LAUNCH(({grid},), ({launch_args}))  "
-            f"# ..., ROWS={config.rows}, COLS={config.cols}; num_warps={config.num_warps}")
+            f"# ..., ROWS={config.rows}, COLS={config.cols}, VEC={config.vec}; "
+            f"num_warps={config.num_warps}")
     if any(not hasattr(s, "name") and int(s) == 0 for s in lowered.domain):
         lines.append("    # the output is empty: nothing to launch")
     elif any(hasattr(s, "name") for s in lowered.domain):
@@ -258,7 +262,7 @@ def launch_specialization(lowered: Lowered, example_args: dict, config: LaunchCo
             signature[p.name] = "i64" if abs(value) >= 2 ** 31 else "i32"
             if value % 16 == 0:
                 divisible.append(p.name)
-    for k, v in (("ROWS", config.rows), ("COLS", config.cols)):
+    for k, v in (("ROWS", config.rows), ("COLS", config.cols), ("VEC", config.vec)):
         signature[k] = "constexpr"
         constexprs[k] = v
     return signature, constexprs, divisible

@@ -118,7 +118,8 @@ def report(jfn, *args, out_dir, max_configs: int | None = None) -> dict[str, Pat
 
 
 VECTOR_WIDTH_NOTE = (
-    "Configs vary ROWS per program and num_warps; COLS is the heuristic's. The vector width is "
-    "not a tuning knob: the analysis proves the largest legal width per access and Triton picks "
-    "each access's width from what the kernel lets it prove; the configs only keep every thread "
-    "holding a full vector along COLS (ROWS * COLS >= 32 * num_warps * V).")
+    "Configs vary ROWS per program, num_warps and VEC; COLS is the heuristic's. VEC caps the "
+    "access width below the largest the analysis proves (its maximum is the heuristic's VEC), so "
+    "the narrower VECs are the vectorization's A/B. Every config keeps each thread holding a full "
+    "vector along COLS (ROWS * COLS >= 32 * num_warps * VEC). The access widths from PTX are the "
+    "winner's.")
