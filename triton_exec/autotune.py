@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import math
 import os
 import statistics
@@ -44,6 +45,7 @@ GPU_MAX_CONFIGS = 12
 INTERPRETER_MAX_CONFIGS = 3
 INTERPRETER_REPS = 3
 QUANTILES = [0.2, 0.5, 0.8]
+log = logging.getLogger("triton_exec.autotune")
 
 
 @dataclasses.dataclass
@@ -294,6 +296,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
         return Outcome(heuristic, key, "heuristic", interpreter=interpreter,
                        note="tuning off (no CUDA device, or TRITON_EXEC_AUTOTUNE=0)")
     configs = config_space(heuristic, rows, lowered.max_width, _max_configs(interpreter))
+    log.info("tuning %s over %d configs on %s (domain %s)", lowered.name, len(configs),
+             device_kind(device, interpreter), domain)
     start = time.perf_counter()
     results, first = benchmark(lowered, kernel, configs, example_args, domain, device, interpreter)
     seconds = time.perf_counter() - start
@@ -302,6 +306,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
         return Outcome(heuristic, key, "heuristic", results, first, interpreter, seconds,
                        note="every config failed")
     winner = configs[min(ok)[1]]
+    log.info("tuned %s in %.1f s: %s, p50 %.4f ms (%d of %d configs ran)", lowered.name, seconds,
+             _label(_public(winner)), min(ok)[0], len(ok), len(configs))
     cache.put(key, {**_public(winner), "p50_ms": min(ok)[0],
                     "timed_on": "interpreter" if interpreter else device_kind(device, False)})
     return Outcome(winner, key, "tuned", results, first, interpreter, seconds)

@@ -6,6 +6,7 @@ the launcher, and records a `KernelRecord` that `triton_exec.last_kernels` retur
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 import torch
@@ -16,6 +17,8 @@ from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
 from triton_exec import autotune, fusion, launch, offline
 from triton_exec.codegen import Lowered, lower_group
+
+log = logging.getLogger("triton_exec")
 
 
 @dataclasses.dataclass
@@ -125,6 +128,8 @@ class TritonExecutor(ir.Executor):
         record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
                               example_args, kernel,
                               time.perf_counter() - start - tuning.seconds, tuning=tuning)
+        log.info("built %s: %d prims, vector width up to %d, %s config %s", record.name,
+                 len(body), lowered.max_width, tuning.source, config)
         return eqn, record
 
     def render(self, eqn):
