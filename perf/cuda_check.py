@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import ir  # noqa: E402
 import triton_exec  # noqa: E402,F401
 from padcat import cat_last, pad_last, pad_middle, slice_aligned, slice_misaligned  # noqa: E402
-from ir.examples import rope  # noqa: E402
+from ir.examples import rope, rope_inputs  # noqa: E402
 
 
 def on_device(t: torch.Tensor, device) -> torch.Tensor:
@@ -60,6 +60,25 @@ def fixed_cases(device):
     yield "non-contiguous, offset input", pad_last, (base[:, 3:67],)
 
 
+def repeated_call_cases(device):
+    """(name, fn, cache mode, argument tuples) for one cache entry called again and again: after
+    its first launch per specialization the launcher calls the compiled kernel directly, so these
+    vary what Triton specializes on under the same entry's guards: the alignment of an input whose
+    alignment the prologue does not check, and (symbolic mode) sizes that are 1, divisible by 16
+    or neither."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(4096, generator=g).to(device)
+    yield ("x[4:-4] + x[3:-5], offsets 0..7", lambda x: x[4:-4] + x[3:-5], "constant values",
+           [(base[k:k + 1000],) for k in (0, 1, 4, 0, 3, 8, 0)])
+    yield ("pad (4,4) symbolic, widths 16/17/32/1", pad_last, "symbolic values",
+           [(torch.randn(r, w, generator=g).to(device),)
+            for r, w in ((8, 16), (8, 17), (3, 32), (8, 16), (5, 1), (1, 16))])
+    yield ("rope symbolic, T 16/1/48/17", rope, "symbolic values",
+           [tuple(a.to(device) if isinstance(a, torch.Tensor) else a
+                  for a in rope_inputs(2, 4, t, 32, 8, dtype=torch.bfloat16))
+            for t in (16, 1, 48, 17, 16)])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=60, help="random programs to run")
@@ -82,6 +101,21 @@ def main(argv=None) -> int:
                 failures.append(f"{executor} / {name}\n{traceback.format_exc(limit=3)}")
     print(f"fixed cases: {count} run, {len(failures)} failed")
 
+    repeated, count = [], 0
+    for name, fn, mode, calls in repeated_call_cases(device):
+        count += len(calls)
+        jfn = ir.jit(fn, executors=["triton"], cache=mode)
+        for args in calls:
+            try:
+                for _ in range(2):
+                    out = jfn(*args)
+                    assert_close(out, fn(*args), out.dtype)
+            except Exception:
+                repeated.append(f"{name}, args {[getattr(a, 'shape', a) for a in args]}\n"
+                                f"{traceback.format_exc(limit=3)}")
+    print(f"repeated calls (direct launches): {count} calls, {len(repeated)} failed")
+    failures += repeated
+
     from hypothesis import HealthCheck, given, settings
     random_failures = []
 
@@ -91,7 +125,9 @@ def main(argv=None) -> int:
     def random_programs(program):
         program.inputs = [on_device(t, device) for t in program.inputs]
         try:
-            assert_matches_eager(program, ir.jit(program.fn, executors=["triton"])(*program.inputs))
+            jfn = ir.jit(program.fn, executors=["triton"])
+            for _ in range(2):      # the second call launches directly
+                assert_matches_eager(program, jfn(*program.inputs))
         except Exception:
             random_failures.append(f"{program.describe()}\n{traceback.format_exc(limit=3)}")
 

@@ -36,3 +36,12 @@ def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, caps
                 continue
             assert r.ok is True, f"{case} / {r.label}: {r.note}"
             assert r.ms is not None and r.ms > 0
+
+
+def test_the_gpu_checks_correctness_script_dry_runs_on_the_interpreter(capsys, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
+    assert load("cuda_check").main(["--device", "cpu", "--examples", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "fixed cases: 28 run, 0 failed" in printed
+    assert "repeated calls (direct launches): 18 calls, 0 failed" in printed
