@@ -170,3 +170,14 @@ def test_a_size_guarded_to_one_after_it_was_made_broadcasts():
     x0, x1 = torch.randn(2, 1), torch.randn(1, 1)
     assert_close(jf(x0, x1, 1, 1), f(x0, x1, 1, 1))
     assert len(triton_exec.last_kernels(jf)) == 1
+
+
+def test_runtime_pad_widths_of_a_constant_shape_keep_the_dims_apart():
+    # found by hypothesis: the pad's output is [1, 1] (its size guarded equal to x's by the add),
+    # and deciding whether its dims merge compared the runtime pad widths
+    def f(x, lo: int, hi: int):
+        return x + F.pad(x, (lo, hi), value=0.5)
+
+    jf = ir.jit(f, executors=["triton"], cache="symbolic values")
+    x = torch.randn(1, 1)
+    assert_close(jf(x, 0, 0), f(x, 0, 0))

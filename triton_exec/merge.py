@@ -15,6 +15,7 @@ import dataclasses
 import math
 
 from ir import IntProxy, TensorProxy
+from ir.proxies import same_size
 from ir.trace import Eqn
 
 
@@ -33,6 +34,11 @@ def _constant(shape, dims) -> bool:
     return all(not isinstance(shape[d], IntProxy) for d in dims)
 
 
+def _is(x, value: int) -> bool:
+    """x is the constant `value` (an IntProxy is not: comparing it would specialize it)."""
+    return not isinstance(x, IntProxy) and x == value
+
+
 def _eqn_allows(eqn, k) -> bool:
     name, args = eqn.prim.name, eqn.args
     tensors = [v for v in (*eqn.input_vars(), *eqn.outs) if isinstance(v, TensorProxy)]
@@ -41,10 +47,11 @@ def _eqn_allows(eqn, k) -> bool:
         return False
     if name == "slice":
         t, starts, stops, steps = args
-        return steps[k] == 1 and _constant(starts, [k]) and _constant(stops, [k]) and all(starts[d] == 0 and stops[d] == t.shape[d] and steps[d] == 1
-                                     for d in range(k + 1, r))
+        return (steps[k] == 1 and _constant(starts, [k]) and _constant(stops, [k])
+                and all(_is(starts[d], 0) and same_size(stops[d], t.shape[d]) and steps[d] == 1
+                        for d in range(k + 1, r)))
     if name == "pad":
-        return _constant(args[1][k], [0, 1]) and all(lo == 0 and hi == 0
+        return _constant(args[1][k], [0, 1]) and all(_is(lo, 0) and _is(hi, 0)
                                                      for lo, hi in args[1][k + 1:])
     if name == "cat":
         return eqn.params["dim"] <= k
