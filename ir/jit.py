@@ -51,8 +51,11 @@ def _tensor_key(t: torch.Tensor, constant: bool):
 
 def arg_key(a, constant: bool, nested: bool = False):
     """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
-    if type(a) is torch.Tensor and a.layout is torch.strided:   # the common case, kept short
+    kind = type(a)
+    if kind is torch.Tensor and a.layout is torch.strided:   # the common cases first, kept short
         return (a.dtype, a.shape if constant else a.ndim)
+    if kind is int:
+        return (int, a) if constant else int
     if isinstance(a, torch.Tensor):
         return _tensor_key(a, constant)
     if isinstance(a, _SCALARS):
@@ -123,6 +126,8 @@ class JitFunction:
             raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
         self.fn = fn
         self.cache_mode = cache
+        self.caching = cache != "no caching"
+        self.constant = cache == "constant values"
         self.executors = [get_executor(e) if isinstance(e, str) else e for e in executors or ()]
         for e in self.executors:
             if not isinstance(e, Executor):
@@ -149,7 +154,7 @@ class JitFunction:
         return tuple(bound.arguments.values())
 
     def key(self, args):
-        constant = self.cache_mode == "constant values"
+        constant = self.constant
         try:
             return tuple([arg_key(a, constant) for a in args])
         except UnsupportedArgument:
@@ -168,15 +173,15 @@ class JitFunction:
     def lookup(self, args) -> Entry:
         """The cache entry whose guards these arguments pass; compiles a new one on a miss."""
         key = self.key(args)
-        if self.cache_mode != "no caching":
+        if self.caching:
             for entry in self.entries.get(key, ()):
-                if entry.prologue(*args):
+                if entry.prologue.fn(*args):
                     self.stats.hits += 1
                     self.last_entry = entry
                     return entry
         self.stats.misses += 1
         entry = self.compile(args)
-        if self.cache_mode != "no caching":
+        if self.caching:
             self.entries.setdefault(key, []).append(entry)
         self.last_entry = entry
         return entry
