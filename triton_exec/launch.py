@@ -89,8 +89,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     return LaunchConfig(rows, cols, warps, width)
 
 
-def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: LaunchConfig,
-                    device) -> str:
+def launcher_source(name: str, lowered: Lowered, arg_names: list[str],
+                    config: LaunchConfig) -> str:
     """Python source of the launcher: allocate outputs, compute the grid, launch."""
     shape = "(" + ", ".join(_py(s) for s in lowered.domain) + \
         ("," if len(lowered.domain) == 1 else "") + ")"
@@ -99,8 +99,13 @@ def launcher_source(name: str, lowered: Lowered, arg_names: list[str], config: L
     strided = {p.tensor.name: None for p in lowered.params
                if p.kind == "int" and p.tensor is not None}
     lines += [f"    {t}_strides = {t}.stride()" for t in strided]
+    sizes = [_py(s) for s in lowered.domain]
+    strides = [" * ".join(sizes[d + 1:]) or "1" for d in range(len(sizes))]
+    stride = "(" + ", ".join(strides) + ("," if len(strides) == 1 else "") + ")"
+    if all(not hasattr(s, "name") for s in lowered.domain):
+        stride = str(eval(stride))
     for k, out in enumerate(lowered.outputs):
-        lines.append(f"    out{k} = torch.empty({shape}, dtype={out.dtype}, device=DEVICE)")
+        lines.append(f"    out{k} = EMPTY({shape}, {stride}, {out.dtype})")
     launch_args = ", ".join([p.launch for p in lowered.params]
                             + [str(config.rows), str(config.cols), str(config.vec)])
     grid = (f"(({lowered.rows}) + {config.rows - 1}) // {config.rows} * "
@@ -237,9 +242,25 @@ def make_launch(lowered: Lowered, kernel, config: LaunchConfig, device):
                         functools.partial(torch._C._cuda_getCurrentRawStream, index))
 
 
+def empty_strided_for(device: torch.device):
+    """`EMPTY(size, stride, dtype)` on `device`: Inductor's C++ fast path where this torch has one
+    (on CUDA only with a single GPU, as it allocates on the current device), else
+    torch.empty_strided."""
+    fast = getattr(getattr(torch._C._dynamo, "guards", None), f"_empty_strided_{device.type}", None)
+    if fast is not None and (device.type == "cpu"
+                             or (device.type == "cuda" and torch.cuda.device_count() == 1)):
+        return fast
+    return functools.partial(_empty_strided, device=device)
+
+
+def _empty_strided(size, stride, dtype, device):
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+
 def build_launcher(name: str, lowered: Lowered, kernel, arg_names, config, device):
-    source = launcher_source(name, lowered, arg_names, config, device)
-    ns = {"torch": torch, "LAUNCH": make_launch(lowered, kernel, config, device), "DEVICE": device}
+    source = launcher_source(name, lowered, arg_names, config)
+    ns = {"torch": torch, "LAUNCH": make_launch(lowered, kernel, config, device),
+          "EMPTY": empty_strided_for(device)}
     exec(compile(source, f"<launcher {name}>", "exec"), ns)
     return ns[name], source
 
