@@ -175,7 +175,7 @@ class JitFunction:
         key = self.key(args)
         if self.caching:
             for entry in self.entries.get(key, ()):
-                if entry.prologue.fn(*args):
+                if entry.prologue.after_key(*args):
                     self.stats.hits += 1
                     self.last_entry = entry
                     return entry

@@ -34,6 +34,7 @@ def render_guard(guard) -> str:
 class Prologue:
     source: str
     fn: object
+    after_key: object   # the same checks less those a matching cache key implies (what lookup runs)
 
     def __str__(self) -> str:
         return self.source
@@ -43,29 +44,35 @@ class Prologue:
 
 
 def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
+    """Appends (line, line after a key match) pairs; the second is None where the cache key
+    (`jit.arg_key`: types, dtypes, ranks, and in constant mode sizes and values) implies it."""
     if isinstance(value, TensorProxy):
         dtype = render(value.dtype)
         dev = next((k for k, v in ns.items() if k.startswith("DEVICE_") and v == value.device),
                    f"DEVICE_{sum(k.startswith('DEVICE_') for k in ns)}")
         ns[dev] = value.device
-        lines.append(f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
-                     f"{name}.device == {dev} and {name}.ndim == {value.ndim} and "
-                     f"{'' if value.requires_grad else 'not '}{name}.requires_grad): return False")
+        grad = f"{'' if value.requires_grad else 'not '}{name}.requires_grad"
+        lines.append((f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
+                      f"{name}.device == {dev} and {name}.ndim == {value.ndim} and "
+                      f"{grad}): return False",
+                      f"if not ({name}.device == {dev} and {grad}): return False"))
         if not symbolic:
-            lines.append(f"if {name}.shape != {render(tuple(value.shape))}: return False")
+            lines.append((f"if {name}.shape != {render(tuple(value.shape))}: return False", None))
     elif isinstance(value, IntProxy):
-        lines.append(f"if type({name}) is not int: return False")
+        lines.append((f"if type({name}) is not int: return False", None))
     elif isinstance(value, tuple):
-        lines.append(f"if type({name}) not in (tuple, list) or len({name}) != {len(value)}: "
-                     "return False")
-        lines.append(f"{render(value)} = {name}")
-        for item in value:
-            _check_value(item.name if isinstance(item, Var) else f"{name}", item, symbolic,
-                         lines, ns)
+        lines.append((f"if type({name}) not in (tuple, list) or len({name}) != {len(value)}: "
+                      "return False", None))
+        targets = [item.name if isinstance(item, Var) else f"{name}_{i}"
+                   for i, item in enumerate(value)]
+        unpack = f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {name}"
+        lines.append((unpack, unpack))
+        for target, item in zip(targets, value):
+            _check_value(target, item, symbolic, lines, ns)
     else:
-        lines.append(f"if type({name}) is not {type(value).__name__} or {name} != "
-                     f"{render(value)}: return False" if value is not None else
-                     f"if {name} is not None: return False")
+        lines.append((f"if type({name}) is not {type(value).__name__} or {name} != "
+                      f"{render(value)}: return False" if value is not None else
+                      f"if {name} is not None: return False", None))
 
 
 def _needed_host_eqns(guards, host_eqns, inputs) -> list:
@@ -92,9 +99,10 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
     host equations, replayed here where a guard needs a derived size."""
     ns = {"torch": torch, "Tensor": torch.Tensor}
-    body: list[str] = []
+    checks: list[tuple] = []
     for name, value in inputs:
-        _check_value(name, value, symbolic, body, ns)
+        _check_value(name, value, symbolic, checks, ns)
+    body: list[str] = []
     input_vars = [v for _, value in inputs for v in iter_vars(value)]
     for eqn in _needed_host_eqns(guards, host_eqns, input_vars):
         body.extend(render_eqn(eqn))
@@ -106,8 +114,10 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
     body.append("return True")
     devices = "".join(f"{k} = torch.device({str(v)!r})\n" for k, v in ns.items()
                       if k.startswith("DEVICE_"))
-    header = ("# Prologue: checks this cache entry's guards\n" + devices +
-              f"def prologue({', '.join(name for name, _ in inputs)}):")
-    source = header + "\n" + "\n".join("  " + line for line in body)
-    exec(compile(source, "<prologue>", "exec"), ns)
-    return Prologue(source, ns["prologue"])
+    params = ", ".join(name for name, _ in inputs)
+    source = ("# Prologue: checks this cache entry's guards\n" + devices + f"def prologue({params}):\n"
+              + "\n".join("  " + line for line in [full for full, _ in checks] + body))
+    after_key = (f"def prologue_after_key({params}):\n"
+                 + "\n".join("  " + line for line in [a for _, a in checks if a] + body))
+    exec(compile(source + "\n" + after_key, "<prologue>", "exec"), ns)
+    return Prologue(source, ns["prologue"], ns["prologue_after_key"])

@@ -106,8 +106,10 @@ class Trace:
         lines = [f"# {self.provenance}"] if self.provenance else []
         lines.append(f"def {self.name}({', '.join(name for name, _ in self.inputs)}):")
         for name, value in self.inputs:
-            if isinstance(value, tuple):
-                lines.append(f"  {render(value)} = {name}")
+            if isinstance(value, tuple) and any(isinstance(v, Var) for v in value):
+                # constants inside are inlined where used
+                targets = [v.name if isinstance(v, Var) else "_" for v in value]
+                lines.append(f"  ({', '.join(targets)}{',' * (len(targets) == 1)}) = {name}")
         for v in self.input_vars():
             if isinstance(v, TensorProxy):
                 lines.append(f"  # {v.name}: {v.type_string()}")

@@ -207,3 +207,38 @@ def test_augmented_assignment_and_setitem_raise_not_implemented():
     for fn in (iadd, setitem):
         with pytest.raises(NotImplementedError, match="in-place"):
             ir.jit(fn, executors=["torch"])(torch.zeros(3))
+
+
+@pytest.mark.parametrize("mode", [CONSTANT, SYMBOLIC])
+def test_the_check_after_a_key_match_agrees_with_the_whole_prologue(mode):
+    def f(x, pair, k: int):
+        return x[..., k:] * 2 + pair[0] - pair[1]
+
+    j = ir.jit(f, executors=["torch"], cache=mode)
+    j(torch.randn(4, 6), (1.0, 2.0), 1)
+    prologue = ir.last_prologue(j)
+    same_key = [   # what the hashed key does not tell apart: they reach the check after it
+        (torch.randn(4, 6), (1.0, 2.0), 1),
+        (torch.randn(4, 6, requires_grad=True), (1.0, 2.0), 1),
+        (torch.randn(6, 4).mT, (1.0, 2.0), 1),
+        (torch.randn(25)[1:].reshape(4, 6), (1.0, 2.0), 1),
+        (torch.empty(4, 6, device="meta"), (1.0, 2.0), 1),
+    ]
+    outcomes = []
+    for args in same_key:
+        assert j.key(args) in j.entries
+        outcomes.append(prologue.fn(*args))
+        assert prologue.after_key(*args) == outcomes[-1]
+    assert outcomes[0] and not outcomes[1] and not outcomes[-1]
+
+
+@pytest.mark.parametrize("mode", [CONSTANT, SYMBOLIC])
+def test_a_tuple_of_floats_is_checked_item_by_item(mode):
+    def f(x, pair):
+        return x * pair[0] - pair[1]
+
+    j = ir.jit(f, executors=["torch"], cache=mode)
+    x = torch.randn(3)
+    for pair in [(1.5, 2.0), (1.5, 2.0), [1.5, 2.0], (3.0, 2.0)]:
+        check(j, f, x, pair)
+    assert stats(j) == (3, 1)      # floats are constants in both modes; a list is not a tuple
