@@ -195,13 +195,43 @@ def guard_key(guard) -> tuple:
 FLIPPED = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le", "eq": "eq", "ne": "ne"}
 
 
+def _lower_bound(ctx, x):
+    """A lower bound of x that the recorded guards imply, or None: an int is its own; a proxy has
+    its guarded bound, or one derived through its definition (sums, products and floor divisions
+    of non-negative values)."""
+    if not isinstance(x, IntProxy):
+        return x
+    if id(x) in ctx.lower_bounds:
+        return ctx.lower_bounds[id(x)]
+    op, a, b = ctx.definitions.get(id(x), (None, None, None))
+    if op not in ("add", "mul", "floordiv"):
+        return None
+    low_a, low_b = _lower_bound(ctx, a), _lower_bound(ctx, b)
+    if low_a is None or low_b is None or low_a < 0 or low_b < 0:
+        return None
+    if op == "floordiv":    # a // b >= low_a // b for a constant b; only >= 0 for a runtime b
+        if low_b <= 0:
+            return None
+        return 0 if isinstance(b, IntProxy) else low_a // b
+    return low_a + low_b if op == "add" else low_a * low_b
+
+
 def _implied(ctx, op, a, b) -> bool:
-    """Whether a guard already recorded implies `a op b` (same guard, or a lower bound)."""
+    """Whether the guards already recorded imply `a op b`: the same guard, a lower bound of a,
+    or a = b // c with b >= 0 and c >= 1 (then a <= b)."""
     if guard_key((op, a, b)) in ctx.guards:
         return True
-    if isinstance(b, IntProxy) or id(a) not in ctx.lower_bounds:
+    if op == "le" and isinstance(b, IntProxy):
+        definition = ctx.definitions.get(id(a))
+        if (definition and definition[0] == "floordiv" and definition[1] is b
+                and not isinstance(definition[2], IntProxy) and definition[2] >= 1):
+            low = _lower_bound(ctx, b)
+            return low is not None and low >= 0
+    if isinstance(b, IntProxy):
         return False
-    low = ctx.lower_bounds[id(a)]
+    low = _lower_bound(ctx, a)
+    if low is None:
+        return False
     return (op == "ge" and low >= b) or (op == "gt" and low > b) or (op == "ne" and low > b)
 
 

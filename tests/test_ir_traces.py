@@ -96,3 +96,15 @@ def test_seed_reshape_example_computes_minus_one_on_the_host():
     x = torch.randn(6, 7, 2)
     torch.testing.assert_close(j(x), fn(x))
     assert ir.cache_stats(j).hits == 1
+
+
+def test_guards_that_other_guards_imply_are_left_out_and_the_entry_stays_right():
+    j = ir.jit(rope, executors=["torch"], cache=SYMBOLIC)
+    j(*rope_args())
+    guards = str(ir.last_prologue(j))
+    # n // 2 is >= 0 and <= n once n >= 0 is guarded: the slice bounds need no guard of their own
+    assert "n >= 0" in guards and "i8 >= 0" not in guards and "i8 <= n" not in guards
+    for n in (2, 3, 6, 8, 9):       # other rope widths, odd ones too: the same entry, right answers
+        x, cos, sin = torch.randn(1, 2, 4, 12), torch.randn(4, n), torch.randn(4, n)
+        torch.testing.assert_close(j(x, cos, sin, n), rope(x, cos, sin, n))
+    assert ir.cache_stats(j).misses == 1
