@@ -22,7 +22,7 @@ class FakeCompiled:
         self.log.append(("direct", args))
 
     def launch_metadata(self, grid, stream, *args):
-        return None
+        return "meta"
 
 
 class FakeKernel:
@@ -51,9 +51,9 @@ def test_direct_launch_reuses_the_compiled_kernel_per_specialization():
     direct((3,), args)
     direct((5,), (buf, 48, 16, 64))          # still 16-divisible and not 1: same kernel
     assert kernel.log[0] == ("plain", (3,), args, 4)
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    assert kernel.log[1] == ("direct", (3, 1, 1, 7, "function-handle", "packed-metadata", None)
-                             + hooks + args)
+    # no launch hook is listening: no launch metadata, no hooks
+    assert kernel.log[1] == ("direct", (3, 1, 1, 7, "function-handle", "packed-metadata", None,
+                                        None, None) + args)
     assert kernel.log[2][0] == "direct" and kernel.log[2][1][0] == 5
     direct((3,), (buf[1:], 32, 16, 64))      # not 16-byte aligned: Triton specializes anew
     direct((3,), (buf, 1, 16, 64))           # 1 becomes a constant in Triton's specialization
@@ -61,6 +61,21 @@ def test_direct_launch_reuses_the_compiled_kernel_per_specialization():
     direct((3,), (buf, 1, 16, 64))
     assert [entry[0] for entry in kernel.log[3:]] == ["plain", "plain", "plain", "direct"]
     assert len(direct.compiled) == 4
+
+
+def test_direct_launches_pass_the_launch_hooks_when_a_profiler_listens():
+    kernel = FakeKernel()
+    direct = launch.DirectLaunch(kernel, num_warps=4, pointers=[], ints=[0], stream=lambda: 7)
+    heard = []
+    knobs.runtime.launch_enter_hook.add(heard.append)
+    try:
+        direct((2,), (32,))
+        direct((2,), (32,))
+    finally:
+        knobs.runtime.launch_enter_hook.remove(heard.append)
+    assert kernel.log[1] == ("direct", (2, 1, 1, 7, "function-handle", "packed-metadata", "meta",
+                                        knobs.runtime.launch_enter_hook,
+                                        knobs.runtime.launch_exit_hook, 32))
 
 
 def test_a_kernel_without_the_launcher_interface_keeps_the_plain_path():

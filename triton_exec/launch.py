@@ -185,9 +185,18 @@ class DirectLaunch(PlainLaunch):
                 self.plain = True
             return None
         stream = self.stream()
-        compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *args),
-                     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if _listening(enter) or _listening(leave):     # a profiler: what Triton's launch passes
+            compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
+                         compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
+        else:
+            compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
+                         None, None, None, *args)
+
+
+def _listening(hook) -> bool:
+    """Whether a launch hook would call anything (Triton's hooks are chains, empty by default)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 class NoopKernel:
