@@ -120,3 +120,19 @@ def test_noop_launches_take_the_direct_path(tmp_path):
     launch_object = fusion_calls[0].params["launcher"].__globals__["LAUNCH"]
     assert isinstance(launch_object, launch.DirectLaunch)
     assert len(launch_object.compiled) >= 1
+
+
+def test_the_launcher_grid_is_one_program_per_tile():
+    import random
+    import re
+    import torch.nn.functional as F
+    jf = ir.jit(lambda x: F.pad(x, (1, 1)) * 2, executors=["triton"], cache="symbolic values")
+    jf(torch.randn(40, 15))
+    (record,) = __import__("triton_exec").last_kernels(jf)
+    grid = re.search(r"LAUNCH\(\((.*),\), \(", record.launcher_source).group(1)
+    rows, cols, config = record.lowered.rows, record.lowered.cols, record.config
+    names = set(re.findall(r"[a-z_]\w*", grid))
+    for _ in range(200):        # whatever sizes the entry sees
+        values = {name: random.randint(1, 5000) for name in names}
+        tiles = (-(-eval(rows, {}, values) // config.rows)) * (-(-eval(cols, {}, values) // config.cols))
+        assert eval(grid, {}, values) == tiles, grid

@@ -493,6 +493,11 @@ for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
 
 # ---- the kernel: domain tiling, values, stores ---------------------------------------------
 
+def product(terms) -> str:
+    """Source of the product of size expressions, leaving out factors of 1."""
+    return " * ".join(t for t in terms if t != "1") or "1"
+
+
 def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel."""
     allocated = tuple(outputs[0].shape)
@@ -513,7 +518,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     wide_cols = vectorize.hint_of(domain[-1]) >= INT32_LIMIT // 2
     if isinstance(domain[-1], IntProxy) and not wide_cols:
         w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
-    rows_extent = " * ".join(sizes[:-1]) or "1"
+    rows_extent = product(sizes[:-1])
     outer = [f"o{d}" for d in range(len(domain) - 1)]
     header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
               "innermost dim",
