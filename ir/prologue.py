@@ -22,12 +22,14 @@ GUARD_SOURCE = {
     "aligned": "{a}.data_ptr() % {b} == 0",
     "stride_eq": "{a}_strides[{b[0]}] == {b[1]}",
     "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
+    "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
 }
 
 
 def render_guard(guard) -> str:
     op, a, b = guard
-    return GUARD_SOURCE[op].format(a=render(a), b=render(b) if not isinstance(b, tuple) else b)
+    a_source = " * ".join(render(x) for x in a) if op == "numel_lt" else render(a)
+    return GUARD_SOURCE[op].format(a=a_source, b=render(b) if not isinstance(b, tuple) else b)
 
 
 @dataclasses.dataclass

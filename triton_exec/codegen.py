@@ -207,8 +207,8 @@ class KernelWriter:
                     self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
                 else:
                     self.params.append(Param(pname, f"{t.name}_strides[{od}]", "int", t))
-            # int64 products: a column index times a large stride can pass 2**31
-            terms.append(f"({i}).to(tl.int64) * {pname}" if _is_inner_index(i) else
+            # int64 products: an index of the tile times a large stride can pass 2**31
+            terms.append(f"({i}).to(tl.int64) * {pname}" if _TILE_INDEX.search(i) else
                          f"({i}) * {pname}")
         inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
         return self.emit_load(t, example, idx, terms, mask, path, what, inner_stride,
@@ -217,7 +217,10 @@ class KernelWriter:
     def load_constant_layout(self, t, example, idx, mask, path, what) -> str:
         """A load from a contiguous tensor of constant shape: strides are literals."""
         self.add_pointer(t)
-        terms = [i if example.stride(d) == 1 else f"({i}) * {example.stride(d)}"
+        wide = example.numel() >= INT32_LIMIT
+        terms = [i if example.stride(d) == 1 else
+                 f"({i}){'.to(tl.int64)' if wide and _TILE_INDEX.search(i) else ''} * "
+                 f"{example.stride(d)}"
                  for d, (i, s) in enumerate(zip(idx, t.shape)) if s != 1]
         outer = [example.stride(d) for d in range(t.ndim - 1) if t.shape[d] != 1]
         return self.emit_load(t, example, idx, terms, mask, path, what,
@@ -493,6 +496,23 @@ for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
 
 # ---- the kernel: domain tiling, values, stores ---------------------------------------------
 
+def _narrow_indices(eqns, guards: list) -> bool:
+    """Whether every tensor of the group has fewer than 2**31 elements (in this call; a guard
+    for each shape with runtime sizes keeps it true for the cache entry)."""
+    shapes = {}
+    for e in eqns:
+        for t in (*e.input_vars(), *e.outs):
+            if isinstance(t, TensorProxy):
+                shapes[tuple(id(s) if isinstance(s, IntProxy) else s for s in t.shape)] = t.shape
+    if any(math.prod(vectorize.hint_of(s) for s in shape) >= INT32_LIMIT
+           for shape in shapes.values()):
+        return False
+    guards += [("numel_lt", tuple(s for s in shape if isinstance(s, IntProxy) or s != 1),
+                INT32_LIMIT) for shape in shapes.values()
+               if any(isinstance(s, IntProxy) for s in shape)]
+    return True
+
+
 def product(terms) -> str:
     """Source of the product of size expressions, leaving out factors of 1."""
     return " * ".join(t for t in terms if t != "1") or "1"
@@ -519,12 +539,17 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     if isinstance(domain[-1], IntProxy) and not wide_cols:
         w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
     rows_extent = product(sizes[:-1])
+    # Logical indices (rows, outer indices, reshaped flat indices) are int32 when every tensor
+    # of the group has fewer than 2**31 elements (guarded for runtime shapes); offsets into
+    # inputs are int64 products either way.
+    narrow = _narrow_indices(eqns, w.guards)
     outer = [f"o{d}" for d in range(len(domain) - 1)]
     header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
               "innermost dim",
               "pid = tl.program_id(0)",
               f"col_blocks = ({cols_extent} + COLS - 1) // COLS",
-              "rows = (pid // col_blocks).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
+              "rows = (pid // col_blocks)" + ("" if narrow else ".to(tl.int64)")
+              + " * ROWS + tl.arange(0, ROWS)[:, None]",
               "# VEC caps the contiguity Triton may assume along COLS, so the access width",
               "cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
               + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]",
