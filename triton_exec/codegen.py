@@ -534,7 +534,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         w.guards += [("stride_eq", t, dim_stride) for t, dim_stride in merged.contiguity]
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]
-    # Column indices are int32 unless the innermost extent may reach 2**31 (rows are int64).
+    # Column indices are int32 unless the innermost extent may reach 2**31.
     wide_cols = vectorize.hint_of(domain[-1]) >= INT32_LIMIT // 2
     if isinstance(domain[-1], IntProxy) and not wide_cols:
         w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
