@@ -52,8 +52,10 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     md = paths["md"].read_text()
     assert "NOT GPU timings" in md.splitlines()[0]
     assert f"Access widths from PTX: loads {2 * vec} B" in md
-    # the report persisted its winners: an ordinary call now starts tuned
+    # interpreter timings choose nothing for later runs: an ordinary call still starts from
+    # the heuristic (a GPU report persists its winners, as test_autotune checks with the
+    # interpreter forced on)
     autotune.reset_caches()
     jrope2 = ir.jit(rope, executors=["triton"])
     jrope2(*args)
-    assert triton_exec.last_kernels(jrope2)[0].tuning.source == "cache"
+    assert triton_exec.last_kernels(jrope2)[0].tuning.source == "heuristic"

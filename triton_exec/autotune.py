@@ -6,7 +6,8 @@
    the output domain rounded up to a power of two) + the device kind;
 2. a winner persisted in the `TuningCache` for that key is used as is (no timing);
 3. else, if tuning is on, every config of a small space (ROWS per program x num_warps x VEC;
-   COLS is the heuristic's) is timed on the building call's own inputs and the min p50 wins and is persisted;
+   COLS is the heuristic's) is timed on the building call's own inputs and the min p50 wins and is
+   persisted (an interpreter-timed winner only with ``TRITON_EXEC_AUTOTUNE=1``);
 4. else the heuristic config, untimed.
 
 Tuning is on for CUDA tensors (compiled Triton) unless ``TRITON_EXEC_AUTOTUNE=0``; on the
@@ -308,6 +309,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
     winner = configs[min(ok)[1]]
     log.info("tuned %s in %.1f s: %s, p50 %.4f ms (%d of %d configs ran)", lowered.name, seconds,
              _label(_public(winner)), min(ok)[0], len(ok), len(configs))
-    cache.put(key, {**_public(winner), "p50_ms": min(ok)[0],
-                    "timed_on": "interpreter" if interpreter else device_kind(device, False)})
+    if not interpreter or os.environ.get(ENV, "").strip() == "1":
+        # interpreter timings say nothing about speed: their winners are kept only when asked
+        cache.put(key, {**_public(winner), "p50_ms": min(ok)[0],
+                        "timed_on": "interpreter" if interpreter else device_kind(device, False)})
     return Outcome(winner, key, "tuned", results, first, interpreter, seconds)
