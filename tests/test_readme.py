@@ -22,3 +22,17 @@ def test_the_commands_it_names_exist():
         assert command in README
         assert (ROOT / command.split()[1]).exists()
     assert "bash tests/run.sh" in (ROOT / ".ci/run").read_text()
+
+
+def test_the_demo_prints_traces_kernel_widths_and_writes_the_report(tmp_path, monkeypatch,
+                                                                     capsys):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
+    from triton_exec.__main__ import main
+    assert main(["demo", "--out", str(tmp_path / "report")]) == 0
+    printed = capsys.readouterr().out
+    for part in ("# ---- Prologue ----", "def prologue(", "# ---- Computation trace ----",
+                 "t11 = triton_fusion_0(x, cos, sin)", "@triton.jit", "VEC=8",
+                 "Access widths from PTX (compiled offline for sm_90): loads 16 B",
+                 f"Autotune report written to {tmp_path / 'report' / 'report.md'}"):
+        assert part in printed, part
+    assert (tmp_path / "report" / "report.json").exists()
