@@ -496,14 +496,19 @@ for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
 
 # ---- the kernel: domain tiling, values, stores ---------------------------------------------
 
-def _narrow_indices(eqns, guards: list) -> bool:
-    """Whether every tensor of the group has fewer than 2**31 elements (in this call; a guard
-    for each shape with runtime sizes keeps it true for the cache entry)."""
+def _narrow_indices(eqns, outputs, guards: list) -> bool:
+    """Whether int32 logical indices are safe: the flat indices the kernel forms (the output's
+    row index, a reshape's flat index) and every index into an input stay below 2**31 when the
+    output, the group's inputs and the reshaped tensors have fewer than 2**31 elements (true in
+    this call; a guard per shape with runtime sizes keeps it true for the cache entry).
+    Indices of pad, cat and slice intermediates are shifts of these."""
+    produced = {id(o) for e in eqns for o in e.outs}
+    tensors = [outputs[0]] + [t for e in eqns for t in e.input_vars()
+                              if isinstance(t, TensorProxy) and id(t) not in produced]
+    tensors += [t for e in eqns if e.prim.name == "reshape" for t in (e.args[0], *e.outs)]
     shapes = {}
-    for e in eqns:
-        for t in (*e.input_vars(), *e.outs):
-            if isinstance(t, TensorProxy):
-                shapes[tuple(id(s) if isinstance(s, IntProxy) else s for s in t.shape)] = t.shape
+    for t in tensors:
+        shapes[tuple(id(s) if isinstance(s, IntProxy) else s for s in t.shape)] = t.shape
     if any(math.prod(vectorize.hint_of(s) for s in shape) >= INT32_LIMIT
            for shape in shapes.values()):
         return False
@@ -542,7 +547,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     # Logical indices (rows, outer indices, reshaped flat indices) are int32 when every tensor
     # of the group has fewer than 2**31 elements (guarded for runtime shapes); offsets into
     # inputs are int64 products either way.
-    narrow = _narrow_indices(eqns, w.guards)
+    narrow = _narrow_indices(eqns, outputs, w.guards)
     outer = [f"o{d}" for d in range(len(domain) - 1)]
     header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
               "innermost dim",
