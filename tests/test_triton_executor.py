@@ -197,3 +197,15 @@ def test_runtime_pad_widths_of_a_constant_shape_keep_the_dims_apart():
     jf = ir.jit(f, executors=["triton"], cache="symbolic values")
     x = torch.randn(1, 1)
     assert_close(jf(x, 0, 0), f(x, 0, 0))
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_a_0_d_result_keeps_its_shape(mode):
+    def f(x, y):
+        return x[1] * 2 + y
+
+    jf = ir.jit(f, executors=["triton"], cache=mode)
+    x, y = torch.randn(3), torch.tensor(1.5)
+    out = jf(x, y)
+    assert out.shape == () and len(triton_exec.last_kernels(jf)) == 1
+    assert_close(out, f(x, y))

@@ -84,7 +84,7 @@ class Lowered:
     params: list                # Param, in kernel order (constexprs follow: ROWS, COLS)
     accesses: list              # Access
     guards: list                # (op, a, b) for the prologue
-    domain: tuple               # output shape (ints and IntProxies)
+    domain: tuple               # output shape (ints and IntProxies); (1,) for a 0-d output
     rows: object                # flattened outer extent (int or launcher expression)
     cols: object                # innermost extent
     outputs: list               # TensorProxy outputs, in store order
@@ -92,6 +92,7 @@ class Lowered:
     size_vars: list             # IntProxies of the trace that the kernel receives
     contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
+    allocated: tuple            # the outputs' shape as allocated: () for a 0-d output
 
     @property
     def vector_width(self) -> dict:
@@ -592,4 +593,4 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         decorator, name, signature, "\n".join("    " + line for line in body))
     return Lowered(name, source, w.params, w.accesses, w.guards, allocated or (1,),
                    rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
-                   sorted(set(w.contiguous_inputs)), vectorize_enabled)
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled, allocated)

@@ -92,14 +92,14 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
 def launcher_source(name: str, lowered: Lowered, arg_names: list[str],
                     config: LaunchConfig) -> str:
     """Python source of the launcher: allocate outputs, compute the grid, launch."""
-    shape = "(" + ", ".join(_py(s) for s in lowered.domain) + \
-        ("," if len(lowered.domain) == 1 else "") + ")"
+    shape = "(" + ", ".join(_py(s) for s in lowered.allocated) + \
+        ("," if len(lowered.allocated) == 1 else "") + ")"
     lines = [f"def {name}({', '.join(arg_names)}):"]
     lines += [f"    {t} = {t}.contiguous()" for t in lowered.contiguous_inputs]
     strided = {p.tensor.name: None for p in lowered.params
                if p.kind == "int" and p.tensor is not None}
     lines += [f"    {t}_strides = {t}.stride()" for t in strided]
-    sizes = [_py(s) for s in lowered.domain]
+    sizes = [_py(s) for s in lowered.allocated]
     strides = [product(sizes[d + 1:]) for d in range(len(sizes))]
     stride = "(" + ", ".join(strides) + ("," if len(strides) == 1 else "") + ")"
     if all(not hasattr(s, "name") for s in lowered.domain):
