@@ -125,3 +125,12 @@ def test_the_vec_tuning_knob_caps_the_access_width(vec, expected):
     capped = dataclasses.replace(record, config=dataclasses.replace(record.config, vec=vec))
     counts = capped.access_widths()
     assert set(counts["ld"]) == expected and set(counts["st"]) == expected
+
+
+def test_compiled_bf16_casts_round_to_nearest_even():
+    # Triton's interpreter truncates float -> bf16 (the random-program tests allow for it); a GPU
+    # runs the compiled kernel, whose casts round to nearest even, as eager does
+    import re
+    _, record, _ = run(lambda x: x.bfloat16() * 2, torch.randn(64))
+    casts = set(re.findall(r"cvt\.[a-z0-9.]+bf16[a-z0-9.]*", record.ptx()))
+    assert casts and all(c.startswith("cvt.rn.") for c in casts), casts
