@@ -1,6 +1,8 @@
 """Test-wide set-up: Triton runs through its interpreter unless told otherwise (this must happen
-before any Triton kernel is defined), and the hypothesis profiles ("ci" by default; pick another
-with HYPOTHESIS_PROFILE)."""
+before any Triton kernel is defined), and the hypothesis profiles: "ci" (the default) draws the
+same examples on every run, so a CI verdict is reproducible; "explore" draws new ones each run
+(with `pytest --hypothesis-seed=N` to replay one); "thorough" is explore with more examples where
+a test does not fix its own count. Pick one with HYPOTHESIS_PROFILE."""
 
 import os
 
@@ -12,9 +14,10 @@ settings.register_profile(
     "ci",
     max_examples=60,
     deadline=None,
-    derandomize=False,
+    derandomize=True,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=1000)
+settings.register_profile("explore", parent=settings.get_profile("ci"), derandomize=False)
+settings.register_profile("thorough", parent=settings.get_profile("explore"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
