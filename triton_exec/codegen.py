@@ -84,7 +84,6 @@ class Lowered:
     params: list                # Param, in kernel order (constexprs follow: ROWS, COLS)
     accesses: list              # Access
     guards: list                # (op, a, b) for the prologue
-    domain: tuple               # output shape (ints and IntProxies); (1,) for a 0-d output
     rows: object                # flattened outer extent (int or launcher expression)
     cols: object                # innermost extent
     outputs: list               # TensorProxy outputs, in store order
@@ -92,7 +91,12 @@ class Lowered:
     size_vars: list             # IntProxies of the trace that the kernel receives
     contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
-    allocated: tuple            # the outputs' shape as allocated: () for a 0-d output
+    allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
+
+    @property
+    def domain(self) -> tuple:
+        """The shape the kernel tiles: the outputs' shape, (1,) for a 0-d output."""
+        return self.allocated or (1,)
 
     @property
     def vector_width(self) -> dict:
@@ -209,8 +213,7 @@ class KernelWriter:
                 else:
                     self.params.append(Param(pname, f"{t.name}_strides[{od}]", "int", t))
             # int64 products: an index of the tile times a large stride can pass 2**31
-            terms.append(f"({i}).to(tl.int64) * {pname}" if _TILE_INDEX.search(i) else
-                         f"({i}) * {pname}")
+            terms.append(_scaled(i, pname, int64=True))
         inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
         return self.emit_load(t, example, idx, terms, mask, path, what, inner_stride,
                               outer_strides)
@@ -219,9 +222,7 @@ class KernelWriter:
         """A load from a contiguous tensor of constant shape: strides are literals."""
         self.add_pointer(t)
         wide = example.numel() >= INT32_LIMIT
-        terms = [i if example.stride(d) == 1 else
-                 f"({i}){'.to(tl.int64)' if wide and _TILE_INDEX.search(i) else ''} * "
-                 f"{example.stride(d)}"
+        terms = [i if example.stride(d) == 1 else _scaled(i, example.stride(d), int64=wide)
                  for d, (i, s) in enumerate(zip(idx, t.shape)) if s != 1]
         outer = [example.stride(d) for d in range(t.ndim - 1) if t.shape[d] != 1]
         return self.emit_load(t, example, idx, terms, mask, path, what,
@@ -277,6 +278,14 @@ def _contiguous_example(t):
 def _data_ptr(example) -> int:
     """Base address of an example input; 0 (aligned) for a tensor torch allocates at run time."""
     return 0 if example.device.type == "meta" else example.data_ptr()
+
+
+def _scaled(i: str, stride, int64: bool) -> str:
+    """Source of index `i` times `stride`, in int64 when asked and `i` is an index of the tile
+    (a constant index stays a Python int, which has no `.to`)."""
+    if int64 and _TILE_INDEX.search(i):
+        return f"({i}).to(tl.int64) * {stride}"
+    return f"({i}) * {stride}"
 
 
 def _is_inner_index(i: str) -> bool:
@@ -591,6 +600,6 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
         f"@triton.jit(do_not_specialize_on_alignment={pointers})")
     source = "{}\ndef {}({}):\n{}\n".format(
         decorator, name, signature, "\n".join("    " + line for line in body))
-    return Lowered(name, source, w.params, w.accesses, w.guards, allocated or (1,),
+    return Lowered(name, source, w.params, w.accesses, w.guards,
                    rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, allocated)

@@ -2,9 +2,10 @@
 
 The function is jitted afresh (same function, executors and cache mode) and called on `args` with
 tuning forced, so every config of every kernel is timed even when a winner is persisted (the new
-winners are persisted, except interpreter-timed ones). Then, per kernel, a `report.KernelReport`: the tuning key, every config's
-result, the ideal bytes moved, the access widths read from the PTX compiled offline for sm_90
-(or the compiler's error), compile time, cache hits, the analysis' vector widths. On a GPU the
+winners are persisted, except interpreter-timed ones). Then, per kernel, a
+`report_format.KernelReport`: the tuning key, every config's result, the ideal bytes moved, the
+access widths read from the PTX compiled offline for sm_90 (or the compiler's error), compile
+time, cache hits, the analysis' vector widths. On a GPU the
 device-to-device copy bandwidth is measured too; on a CPU the report says that its timings come
 from the Triton interpreter.
 """
