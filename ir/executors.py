@@ -2,11 +2,14 @@
 
 An executor claims the equations it can run and renders each as Python source. A fusion executor
 also gets a pass over the whole trace (`fusion_pass`), where it replaces groups of equations by
-one call of its own. `ir` never imports an executor: executors register themselves by name.
+one call of its own. `ir` never imports an executor: executors register themselves by name, and
+a name not registered yet is looked up in the `ir.executors` entry point group (pyproject), whose
+entry loads the executor's package, so `ir.jit(fn, executors=["triton"])` needs no import first.
 """
 from __future__ import annotations
 
 import dataclasses
+from importlib import metadata
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +31,7 @@ class CompileContext:
     symbolic: bool          # "symbolic values" mode
     guards: list            # (op, a, b) guards the prologue will check; passes may append
     extra: dict = dataclasses.field(default_factory=dict)   # per-executor data of the entry
+    name: str = "fn"        # the jitted function's name, unique per function: names kernels
 
     def add_guard(self, guard) -> None:
         """Adds an (op, a, b) guard unless the same one (by identity of its values) is there."""
@@ -64,11 +68,26 @@ def register_executor(ex: Executor) -> Executor:
     return ex
 
 
+ENTRY_POINT_GROUP = "ir.executors"
+
+
 def get_executor(name: str) -> Executor:
+    """The executor registered as `name`, loading its package through the `ir.executors` entry
+    point of that name when it is not registered yet."""
+    if name not in _REGISTRY:
+        found = metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        for ep in found:
+            ex = ep.load()
+            if not isinstance(ex, Executor):
+                raise TypeError(f"entry point {ep.value!r} ({ENTRY_POINT_GROUP}: {name}) is not an "
+                                f"ir.Executor but {type(ex).__name__}")
+            _REGISTRY.setdefault(name, ex)
+            break
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"no executor named {name!r}; registered: {sorted(_REGISTRY)}") from None
+        known = sorted(set(_REGISTRY) | set(metadata.entry_points(group=ENTRY_POINT_GROUP).names))
+        raise ValueError(f"no executor named {name!r}; known: {known}") from None
 
 
 # ---- the torch executor ------------------------------------------------------------------

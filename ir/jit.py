@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
+import re
+import weakref
 
 import torch
 
@@ -35,6 +38,29 @@ class Entry:
     computation: object
     traces: list
     extra: dict         # per-executor data (e.g. the kernels a fusion executor built)
+
+
+_names_taken: dict[str, itertools.count] = {}
+_names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def function_name(fn) -> str:
+    """An identifier naming `fn`'s kernels: its `__name__` (`rope`), made unique among jitted
+    functions (`rope_1` for another function also called rope); the same function keeps its name."""
+    try:
+        return _names[fn]
+    except (KeyError, TypeError):
+        pass
+    base = re.sub(r"\W", "_", getattr(fn, "__name__", "fn")).strip("_") or "fn"
+    if base[0].isdigit():
+        base = "fn_" + base
+    n = next(_names_taken.setdefault(base, itertools.count()))
+    name = base if n == 0 else f"{base}_{n}"
+    try:
+        _names[fn] = name
+    except TypeError:       # not weak-referenceable: named afresh per ir.jit
+        pass
+    return name
 
 
 class UnsupportedArgument(TypeError):
@@ -144,6 +170,7 @@ class JitFunction:
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "jitted")
+        self.name = function_name(fn)
         self.__doc__ = fn.__doc__
 
     def bind(self, args, kwargs):
@@ -202,7 +229,7 @@ class JitFunction:
         for (name, proxy), a in zip(inputs, args):
             for v, x in zip(iter_vars(proxy), a if isinstance(a, (tuple, list)) else (a,)):
                 values[id(v)] = x
-        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()))
+        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name)
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)
             if fused is not trace:

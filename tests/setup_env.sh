@@ -6,8 +6,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REQUIREMENTS="torch==2.13.0 triton==3.6.0 hypothesis pytest numpy matplotlib"
 STAMP=.venv/.setup-done
+# pyproject.toml's hash: a changed project (e.g. its entry points) is installed again
+WANTED="$REQUIREMENTS; pyproject $(sha256sum pyproject.toml | cut -c1-16)"
+HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$REQUIREMENTS" ]]; then
+if [[ "$HAVE" == "$WANTED" ]]; then
     echo "setup_env: .venv is up to date"
     exit 0
 fi
@@ -15,10 +18,12 @@ if [[ ! -x .venv/bin/python ]]; then
     echo "setup_env: creating .venv"
     python3 -m venv .venv
 fi
-echo "setup_env: installing $REQUIREMENTS"
-# shellcheck disable=SC2086
-.venv/bin/python -m pip install -q $REQUIREMENTS
+if [[ "${HAVE%%;*}" != "$REQUIREMENTS" ]]; then
+    echo "setup_env: installing $REQUIREMENTS"
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip install -q $REQUIREMENTS
+fi
 echo "setup_env: installing the project (editable)"
 .venv/bin/python -m pip install -q -e . --no-deps
-echo "$REQUIREMENTS" > "$STAMP"
+echo "$WANTED" > "$STAMP"
 echo "setup_env: done"

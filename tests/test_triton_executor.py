@@ -14,7 +14,7 @@ MODES = ["constant values", "symbolic values"]
 
 def fusion_calls(jfn):
     return [line for line in str(ir.last_traces(jfn)[-1]).splitlines()
-            if "triton_fusion_" in line and not line.lstrip().startswith("#")]
+            if f"{jfn.name}_fusion_" in line and not line.lstrip().startswith("#")]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -73,8 +73,8 @@ def test_unsupported_op_in_the_middle_splits_into_two_kernels(mode):
     torch.testing.assert_close(jfn(x, w), f(x, w), rtol=1e-4, atol=1e-4)
     assert len(triton_exec.last_kernels(jfn)) == 2
     source = str(ir.last_traces(jfn)[-1])
-    assert source.index("triton_fusion_0(") < source.index("matmul") < source.index(
-        "triton_fusion_1(")
+    assert source.index(f"{jfn.name}_fusion_0(") < source.index("matmul") < source.index(
+        f"{jfn.name}_fusion_1(")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -97,7 +97,7 @@ class TritonExecutor(ir.Executor):
 
     def _fuse(self, trace, group, groups, ctx, number):
         start = time.perf_counter()
-        name = f"{self.name}_fusion_{number}"
+        name = f"{ctx.name}_fusion_{number}"
         body = [trace.eqns[i] for i in group]
         root = body[-1]
         values = dict(ctx.values)
@@ -107,7 +107,7 @@ class TritonExecutor(ir.Executor):
         for g in lowered.guards:
             ctx.add_guard(g)
         args = inputs + lowered.size_vars
-        kernel = launch.load_kernel(f"{name}_kernel", lowered.source)
+        kernel = launch.load_kernel(f"{name}_kernel", lowered.source, ctx.name)
         device = root.out.device
         # Made by torch in this computation: a contiguous stand-in, as the launcher passes it
         example = {a.name: values[id(a)] if id(a) in values else _example_tensor(a, a.device)

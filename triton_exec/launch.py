@@ -1,6 +1,7 @@
 """Kernel files, launchers and launch configurations.
 
-Generated kernels are written to content-named files in a cache folder and imported (compiled
+Generated kernels are written to files named after the jitted function and their content
+(`rope_<hash>.py`) in a cache folder and imported (compiled
 Triton refuses `exec`'d source, and what the tests run should be what a GPU runs). Each fusion gets a
 launcher: generated Python that allocates the outputs, computes the grid and calls `LAUNCH`, with
 everything that can be decided once per cache entry already decided. On a GPU `LAUNCH` calls the
@@ -44,20 +45,21 @@ def cache_dir() -> pathlib.Path:
 _modules: dict[str, object] = {}
 
 
-def load_kernel(name: str, source: str):
-    """The @triton.jit function `name` defined by `source`, written to a file and imported once."""
+def load_kernel(name: str, source: str, stem: str):
+    """The @triton.jit function `name` defined by `source`, written to `<stem>_<hash>.py` (stem:
+    the jitted function's name) and imported once."""
     text = KERNEL_HEADER + source
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    module_name = f"triton_exec_kernel_{name}_{digest}"
+    module_name = f"{stem}_{digest}"
     if module_name not in _modules:
         path = cache_dir() / f"{module_name}.py"
         if not path.exists() or path.read_text() != text:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(text)
             os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
+        spec = importlib.util.spec_from_file_location(f"triton_exec_kernels.{module_name}", path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         _modules[module_name] = module
     return getattr(_modules[module_name], name)
