@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import itertools
 import re
+import threading
 import weakref
 
 import torch
@@ -24,6 +25,8 @@ from ir.tracing import TraceContext, record, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+# Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
+_COMPILE_LOCK = threading.RLock()
 
 
 @dataclasses.dataclass
@@ -198,20 +201,30 @@ class JitFunction:
         return entry.computation(*args)
 
     def lookup(self, args) -> Entry:
-        """The cache entry whose guards these arguments pass; compiles a new one on a miss."""
+        """The cache entry whose guards these arguments pass; compiles a new one on a miss.
+        Hits read the entries without a lock; a miss takes the compile lock and looks again, as
+        another thread may have compiled the entry meanwhile. A compile that raises stores
+        nothing."""
         key = self.key(args)
+        entry = self._find(key, args)
+        if entry is None:
+            with _COMPILE_LOCK:
+                entry = self._find(key, args)
+                if entry is None:
+                    self.stats.misses += 1
+                    entry = self.compile(args)
+                    if self.caching:
+                        self.entries.setdefault(key, []).append(entry)
+        self.last_entry = entry
+        return entry
+
+    def _find(self, key, args) -> Entry | None:
         if self.caching:
             for entry in self.entries.get(key, ()):
                 if entry.prologue.after_key(*args):
                     self.stats.hits += 1
-                    self.last_entry = entry
                     return entry
-        self.stats.misses += 1
-        entry = self.compile(args)
-        if self.caching:
-            self.entries.setdefault(key, []).append(entry)
-        self.last_entry = entry
-        return entry
+        return None
 
     def compile(self, args) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")

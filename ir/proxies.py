@@ -9,6 +9,20 @@ records a guard that the prologue checks.
 from __future__ import annotations
 
 import operator
+from contextvars import ContextVar
+
+
+ACTIVE_TRACE: ContextVar = ContextVar("ir_active_trace", default=None)
+
+
+def active_trace():
+    """The trace being recorded in this thread (a `tracing.TraceContext`): the one hook through
+    which proxies reach the tracer, so tracing state is per thread and this module never imports
+    the tracer."""
+    ctx = ACTIVE_TRACE.get()
+    if ctx is None:
+        raise RuntimeError("a traced value was used outside of ir.jit tracing")
+    return ctx
 
 
 class Var:
@@ -34,32 +48,32 @@ class IntProxy(Var):
         self.hint = hint
 
     # Arithmetic records a host prim (constant-folded where it can be).
-    def __add__(self, o): return tracing.scalar_op("add", self, o)
-    def __radd__(self, o): return tracing.scalar_op("add", o, self)
-    def __sub__(self, o): return tracing.scalar_op("sub", self, o)
-    def __rsub__(self, o): return tracing.scalar_op("sub", o, self)
-    def __mul__(self, o): return tracing.scalar_op("mul", self, o)
-    def __rmul__(self, o): return tracing.scalar_op("mul", o, self)
-    def __floordiv__(self, o): return tracing.scalar_op("floordiv", self, o)
-    def __rfloordiv__(self, o): return tracing.scalar_op("floordiv", o, self)
-    def __mod__(self, o): return tracing.scalar_op("mod", self, o)
-    def __rmod__(self, o): return tracing.scalar_op("mod", o, self)
-    def __neg__(self): return tracing.scalar_op("sub", 0, self)
+    def __add__(self, o): return active_trace().scalar_op("add", self, o)
+    def __radd__(self, o): return active_trace().scalar_op("add", o, self)
+    def __sub__(self, o): return active_trace().scalar_op("sub", self, o)
+    def __rsub__(self, o): return active_trace().scalar_op("sub", o, self)
+    def __mul__(self, o): return active_trace().scalar_op("mul", self, o)
+    def __rmul__(self, o): return active_trace().scalar_op("mul", o, self)
+    def __floordiv__(self, o): return active_trace().scalar_op("floordiv", self, o)
+    def __rfloordiv__(self, o): return active_trace().scalar_op("floordiv", o, self)
+    def __mod__(self, o): return active_trace().scalar_op("mod", self, o)
+    def __rmod__(self, o): return active_trace().scalar_op("mod", o, self)
+    def __neg__(self): return active_trace().scalar_op("sub", 0, self)
     def __pos__(self): return self
 
     # Comparisons specialize: they answer from the hint and guard the answer.
-    def __eq__(self, o): return tracing.compare("eq", self, o)
-    def __ne__(self, o): return tracing.compare("ne", self, o)
-    def __lt__(self, o): return tracing.compare("lt", self, o)
-    def __le__(self, o): return tracing.compare("le", self, o)
-    def __gt__(self, o): return tracing.compare("gt", self, o)
-    def __ge__(self, o): return tracing.compare("ge", self, o)
+    def __eq__(self, o): return active_trace().compare("eq", self, o)
+    def __ne__(self, o): return active_trace().compare("ne", self, o)
+    def __lt__(self, o): return active_trace().compare("lt", self, o)
+    def __le__(self, o): return active_trace().compare("le", self, o)
+    def __gt__(self, o): return active_trace().compare("gt", self, o)
+    def __ge__(self, o): return active_trace().compare("ge", self, o)
     __hash__ = Var.__hash__
 
-    def __bool__(self): return tracing.compare("ne", self, 0)
+    def __bool__(self): return active_trace().compare("ne", self, 0)
 
     def __index__(self) -> int:
-        tracing.compare("eq", self, self.hint)
+        active_trace().compare("eq", self, self.hint)
         return self.hint
 
     __int__ = __index__
@@ -81,7 +95,9 @@ def hint(x):
 def same_size(a, b) -> bool:
     """True when a and b are the same size without specializing: one proxy (or two that a guard
     made equal, while tracing), or equal ints."""
-    a, b = tracing.canonical(a), tracing.canonical(b)
+    ctx = ACTIVE_TRACE.get()
+    if ctx is not None:
+        a, b = ctx.canonical(a), ctx.canonical(b)
     return a is b or (not isinstance(a, IntProxy) and not isinstance(b, IntProxy) and a == b)
 
 
@@ -99,7 +115,7 @@ class TensorProxy(Var):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return tracing.call_torch(func, args, kwargs or {})
+        return active_trace().call_torch(func, args, kwargs or {})
 
     @property
     def ndim(self) -> int:
@@ -137,7 +153,7 @@ class TensorProxy(Var):
             "flow is not supported")
 
     def __getattr__(self, name):
-        return tracing.tensor_method(self, name)
+        return active_trace().tensor_method(self, name)
 
     def type_string(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
@@ -146,7 +162,7 @@ class TensorProxy(Var):
 
 def _dunder(torch_name):
     def method(self, *args):
-        return tracing.call_method(torch_name, self, args)
+        return active_trace().call_method(torch_name, self, args)
     method.__name__ = torch_name
     return method
 
@@ -181,5 +197,3 @@ def _dtype_abbrev():
 
 DTYPE_ABBREV = _dtype_abbrev()
 
-
-from ir import tracing  # noqa: E402  (tracing builds on the classes above)

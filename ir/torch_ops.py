@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ir import prims
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.tracing import bind, compare, opaque, specialize
+from ir.tracing import bind, opaque, specialize
 
 HANDLERS: dict = {}
 METHODS: dict = {}

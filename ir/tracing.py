@@ -1,6 +1,7 @@
 """The tracer: records equations while a user function runs on proxies.
 
-One `TraceContext` is active during tracing. Torch calls on proxies arrive here and are
+One `TraceContext` is active per thread during tracing (a ContextVar that proxies reach through
+`ir.proxies.active_trace`). Torch calls on proxies arrive here and are
 dispatched to the decompositions of `ir.torch_ops`; anything without one becomes an opaque symbol
 whose outputs' metadata come from running it on `meta` tensors.
 """
@@ -14,7 +15,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import prims
-from ir.proxies import COMPARISONS, NEGATED, IntProxy, TensorProxy, Var, hint
+from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, IntProxy, TensorProxy, Var,
+                        active_trace, hint)
 from ir.trace import Eqn
 
 
@@ -36,32 +38,48 @@ class TraceContext:
         """Rewrites each traced tensor's shape with the representatives of its sizes, once tracing
         is done: a size that a later guard made 1 (or equal to another size) reads so in every
         pass and lowering, e.g. as a broadcast dimension."""
-        with tracing(self):
-            for t in tensors:
-                t.shape = tuple(canonical(s) for s in t.shape)
+        for t in tensors:
+            t.shape = tuple(self.canonical(s) for s in t.shape)
 
     def new_name(self, prefix: str) -> str:
         n = self.counters[prefix]
         self.counters[prefix] = n + 1
         return f"{prefix}{n}"
 
+    def canonical(self, x):
+        """The representative of x among the sizes that guards made equal (an int where one is)."""
+        while isinstance(x, IntProxy) and id(x) in self.aliases:
+            x = self.aliases[id(x)]
+        return x
 
-_active: list[TraceContext] = []
+    # What proxies ask of the active trace (through `ir.proxies.active_trace()`).
+    def scalar_op(self, op: str, a, b):
+        return scalar_op(op, a, b)
+
+    def compare(self, op: str, a, b) -> bool:
+        return compare(op, a, b)
+
+    def call_torch(self, func, args, kwargs):
+        return call_torch(func, args, kwargs)
+
+    def call_method(self, name: str, tensor, args):
+        return call_method(name, tensor, args)
+
+    def tensor_method(self, tensor, name: str):
+        return tensor_method(tensor, name)
 
 
 @contextlib.contextmanager
 def tracing(ctx: TraceContext):
-    _active.append(ctx)
+    """Makes ctx the trace that proxies record into, in this thread (or asyncio task) only."""
+    token = ACTIVE_TRACE.set(ctx)
     try:
         yield ctx
     finally:
-        _active.pop()
+        ACTIVE_TRACE.reset(token)
 
 
-def current() -> TraceContext:
-    if not _active:
-        raise RuntimeError("a traced value was used outside of ir.jit tracing")
-    return _active[-1]
+current = active_trace
 
 
 def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
@@ -78,12 +96,8 @@ def _needs_grad(args) -> bool:
 
 def canonical(x):
     """The representative of x among the sizes that guards made equal (an int where one is)."""
-    if not _active or not isinstance(x, IntProxy):
-        return x
-    aliases = _active[-1].aliases
-    while id(x) in aliases:
-        x = aliases[id(x)]
-    return x
+    ctx = ACTIVE_TRACE.get()
+    return x if ctx is None else ctx.canonical(x)
 
 
 def new_int(value: int) -> IntProxy:

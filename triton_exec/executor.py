@@ -30,7 +30,8 @@ class KernelRecord:
     launcher_source: str        # the Python that launches it
     lowered: Lowered
     config: launch.LaunchConfig
-    example_args: dict          # kernel parameter -> value in the call that built it
+    example_args: dict          # kernel parameter -> value (tensors as TensorFacts) in the call
+                                # that built it
     kernel: object
     compile_s: float = 0.0
     tuning: autotune.Outcome | None = None    # how `config` was chosen; every timed config
@@ -55,6 +56,33 @@ class KernelRecord:
     def access_widths(self, arch: int = 90) -> dict:
         """Counts of global loads and stores by width in bytes, read from the PTX."""
         return offline.access_widths(self.ptx(arch))
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorFacts:
+    """What a record keeps of a tensor argument: metadata and its address, never the tensor (a
+    cache entry must not keep the first call's inputs alive). Reads like a tensor where records
+    are read (offline specialization, bytes moved)."""
+
+    shape: tuple
+    strides: tuple
+    dtype: torch.dtype
+    address: int
+
+    @classmethod
+    def of(cls, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        return cls(tuple(value.shape), value.stride(), value.dtype, value.data_ptr())
+
+    def stride(self, dim=None):
+        return self.strides if dim is None else self.strides[dim]
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
 
 
 class FusionPrim(Prim):
@@ -126,7 +154,7 @@ class TritonExecutor(ir.Executor):
         eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher}, tuple(outputs),
                   executor=self)
         record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
-                              example_args, kernel,
+                              {k: TensorFacts.of(v) for k, v in example_args.items()}, kernel,
                               time.perf_counter() - start - tuning.seconds, tuning=tuning)
         log.info("built %s: %d prims, vector width up to %d, %s config %s", record.name,
                  len(body), lowered.max_width, tuning.source, config)

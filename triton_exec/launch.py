@@ -17,6 +17,7 @@ import importlib.util
 import os
 import pathlib
 import sys
+import threading
 
 import torch
 import triton
@@ -54,7 +55,7 @@ def load_kernel(name: str, source: str, stem: str):
     if module_name not in _modules:
         path = cache_dir() / f"{module_name}.py"
         if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(text)
             os.replace(tmp, path)
         spec = importlib.util.spec_from_file_location(f"triton_exec_kernels.{module_name}", path)

@@ -31,8 +31,7 @@ def ideal_bytes(record) -> int:
             continue
         seen.add(p.launch)
         t = record.example_args[p.name]
-        if isinstance(t, torch.Tensor):
-            total += math.prod(t.shape) * t.element_size()
+        total += math.prod(t.shape) * t.element_size()
     return total
 
 
