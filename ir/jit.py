@@ -1,7 +1,7 @@
 """`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
 
-A call computes a hashed key from its arguments (dtypes, ranks, devices; sizes and int values in
-"constant values" mode), runs the prologues of that key's entries until one accepts, and calls that
+A call computes a hashed key from the grad mode and its arguments (dtypes, ranks, devices; sizes
+and int values in "constant values" mode), runs the prologues of that key's entries until one accepts, and calls that
 entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
 claim the equations, and stores a new entry.
 """
@@ -95,12 +95,14 @@ def arg_key(a, constant: bool, nested: bool = False):
                               f"{' inside a list' if nested else ''} are not supported")
 
 
-def _input_proxy(name: str, value, ctx: TraceContext):
-    """The proxy (or literal) standing for one argument in the traces."""
+def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
+    """The proxy (or literal) standing for one argument in the traces. Without grad mode no value
+    needs grad, whatever the tensor's requires_grad."""
     if isinstance(value, torch.Tensor):
         if value.is_complex():   # the key's fast path lets it through; refused on the miss
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
-        proxy = TensorProxy(name, (), value.dtype, value.device, value.requires_grad)
+        proxy = TensorProxy(name, (), value.dtype, value.device,
+                            value.requires_grad and grad_mode)
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
             return proxy
@@ -113,7 +115,7 @@ def _input_proxy(name: str, value, ctx: TraceContext):
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
     if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(f"{name}_{i}", v, ctx) for i, v in enumerate(value))
+        return tuple(_input_proxy(f"{name}_{i}", v, ctx, grad_mode) for i, v in enumerate(value))
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
     return value
@@ -184,9 +186,10 @@ class JitFunction:
         return tuple(bound.arguments.values())
 
     def key(self, args):
+        """The hashed cache key: the grad mode, then each argument's key."""
         constant = self.constant
         try:
-            return tuple([arg_key(a, constant) for a in args])
+            return (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
         except UnsupportedArgument:
             for name, a in zip(self.param_names, args):
                 try:
@@ -228,8 +231,9 @@ class JitFunction:
 
     def compile(self, args) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
+        grad_mode = torch.is_grad_enabled()
         with tracing(ctx):
-            inputs = tuple((name, _input_proxy(name, a, ctx))
+            inputs = tuple((name, _input_proxy(name, a, ctx, grad_mode))
                            for name, a in zip(self.param_names, args))
             outputs = _check_outputs(self.fn(*[value for _, value in inputs]))
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
@@ -251,7 +255,7 @@ class JitFunction:
         trace = passes.sink_host_work(passes.dce(claim(trace, self.executors)))
         traces.append(trace.replace(provenance="Executed: " + trace.provenance))
         host = [e for e in traced.eqns if e.prim.kind == "host"]
-        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic)
+        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
         return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra)
 
 

@@ -1,6 +1,7 @@
 """The prologue: generated Python that checks a cache entry's guards on the call's arguments.
 
-It checks each tensor's type, dtype, device, rank and requires_grad, its sizes (exactly in
+It checks the grad mode the entry was compiled for (`torch.is_grad_enabled()`), each tensor's
+type, dtype, device, rank and (in grad mode) requires_grad, its sizes (exactly in
 "constant values" mode; 0/1-ness and the traced guards in "symbolic values" mode), each other
 argument's value (constant mode) or type (symbolic mode), and the guards that tracing and the
 executors recorded (size comparisons, pointer alignment, strides, divisibility). It returns True
@@ -45,7 +46,7 @@ class Prologue:
         return self.fn(*args)
 
 
-def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
+def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_mode: bool):
     """Appends (line, line after a key match) pairs; the second is None where the cache key
     (`jit.arg_key`: types, dtypes, ranks, and in constant mode sizes and values) implies it."""
     if isinstance(value, TensorProxy):
@@ -53,11 +54,13 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
         dev = next((k for k, v in ns.items() if k.startswith("DEVICE_") and v == value.device),
                    f"DEVICE_{sum(k.startswith('DEVICE_') for k in ns)}")
         ns[dev] = value.device
-        grad = f"{'' if value.requires_grad else 'not '}{name}.requires_grad"
+        # without grad mode nothing records a backward: requires_grad does not matter
+        grad = (f" and {'' if value.requires_grad else 'not '}{name}.requires_grad"
+                if grad_mode else "")
         lines.append((f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
-                      f"{name}.device == {dev} and {name}.ndim == {value.ndim} and "
-                      f"{grad}): return False",
-                      f"if not ({name}.device == {dev} and {grad}): return False"))
+                      f"{name}.device == {dev} and {name}.ndim == {value.ndim}{grad}): "
+                      "return False",
+                      f"if not ({name}.device == {dev}{grad}): return False"))
         if not symbolic:
             lines.append((f"if {name}.shape != {render(tuple(value.shape))}: return False", None))
     elif isinstance(value, IntProxy):
@@ -70,7 +73,7 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict):
         unpack = f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {name}"
         lines.append((unpack, unpack))
         for target, item in zip(targets, value):
-            _check_value(target, item, symbolic, lines, ns)
+            _check_value(target, item, symbolic, lines, ns, grad_mode)
     else:
         lines.append((f"if type({name}) is not {type(value).__name__} or {name} != "
                       f"{render(value)}: return False" if value is not None else
@@ -97,13 +100,15 @@ def _needed_host_eqns(guards, host_eqns, inputs) -> list:
     return [e for e in host_eqns if id(e) in needed]
 
 
-def build_prologue(inputs, guards, host_eqns, symbolic: bool) -> Prologue:
+def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
-    host equations, replayed here where a guard needs a derived size."""
+    host equations, replayed here where a guard needs a derived size; grad_mode: whether the
+    entry was compiled with grad mode on (the cache key holds it too)."""
     ns = {"torch": torch, "Tensor": torch.Tensor}
-    checks: list[tuple] = []
+    checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
+                            "return False", None)]
     for name, value in inputs:
-        _check_value(name, value, symbolic, checks, ns)
+        _check_value(name, value, symbolic, checks, ns, grad_mode)
     body: list[str] = []
     input_vars = [v for _, value in inputs for v in iter_vars(value)]
     for eqn in _needed_host_eqns(guards, host_eqns, input_vars):
