@@ -78,6 +78,12 @@ def _tensor_key(t: torch.Tensor, constant: bool):
     return (t.dtype, t.shape if constant else t.ndim)
 
 
+def float_identity(x: float) -> str:
+    """A float argument's identity for keys and guards: its bits (0.0 and -0.0 differ, and NaN is
+    NaN), where == would merge 0.0 with -0.0 and miss NaN on every call."""
+    return "nan" if x != x else x.hex()
+
+
 def arg_key(a, constant: bool, nested: bool = False):
     """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
     kind = type(a)
@@ -87,6 +93,8 @@ def arg_key(a, constant: bool, nested: bool = False):
         return (int, a) if constant else int
     if isinstance(a, torch.Tensor):
         return _tensor_key(a, constant)
+    if kind is float:
+        return (float, float_identity(a))
     if isinstance(a, _SCALARS):
         return int if type(a) is int and not constant else (type(a), a)
     if isinstance(a, (tuple, list)) and not nested:

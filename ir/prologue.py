@@ -74,6 +74,9 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
         lines.append((unpack, unpack))
         for target, item in zip(targets, value):
             _check_value(target, item, symbolic, lines, ns, grad_mode)
+    elif type(value) is float:      # by bits, as the cache key (`jit.float_identity`)
+        same = f"{name} != {name}" if value != value else f"{name}.hex() == {value.hex()!r}"
+        lines.append((f"if type({name}) is not float or not ({same}): return False", None))
     else:
         lines.append((f"if type({name}) is not {type(value).__name__} or {name} != "
                       f"{render(value)}: return False" if value is not None else

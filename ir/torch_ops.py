@@ -98,6 +98,48 @@ def _dim(d, ndim):
     return d % max(ndim, 1)
 
 
+# ---- Python numbers as eager uses them -------------------------------------------------------
+
+_NARROW_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, IntProxy)
+
+
+def operand_scalar(value, dtype, comparison: bool):
+    """A Python number operand of an elementwise op computing in `dtype`, as eager sees it: an
+    int wraps to an integer dtype's range (`uint8 + (-1)` adds 255, `int8 > 128` compares with
+    -128), and a comparison in fp16/bf16 compares with the number rounded to that dtype (through
+    fp32, as eager converts it). Arithmetic in fp16/bf16 uses the number unrounded, as eager's
+    fp32 computation does."""
+    if not _is_number(value) or isinstance(value, bool) or dtype == torch.bool:
+        return value
+    if not dtype.is_floating_point and isinstance(value, int):
+        return torch.tensor(value, dtype=torch.int64).to(dtype).item()
+    if comparison and dtype in _NARROW_FLOATS:
+        return torch.tensor(float(value), dtype=torch.float32).to(dtype).item()
+    return value
+
+
+def stored_scalar(value, dtype, check):
+    """A Python number that eager stores into a tensor of `dtype` (a fill, pad or where value),
+    converted as eager converts it (1.7 -> 1 for int32, rounded for bf16). `check()` runs the op
+    eagerly on a one-element tensor first, so a value eager refuses (300 into int8) raises
+    eager's error here."""
+    if not _is_number(value):
+        return value
+    check()
+    if dtype == torch.bool:
+        return bool(value)
+    source = torch.float32 if isinstance(value, float) else torch.int64
+    return torch.tensor(value, dtype=source).to(dtype).item()
+
+
+def _one(dtype):
+    return torch.zeros(1, dtype=dtype)
+
+
 # ---- elementwise ---------------------------------------------------------------------------
 
 def elementwise(prim_name, torch_fn, *args, compute_dtype=None):
@@ -106,8 +148,9 @@ def elementwise(prim_name, torch_fn, *args, compute_dtype=None):
     if compute_dtype is None:
         compute_dtype = out_dtype
     shape = broadcast_shape(*[a.shape for a in args if isinstance(a, TensorProxy)])
-    args = [convert(expand_to(a, shape), compute_dtype) if isinstance(a, TensorProxy) else a
-            for a in args]
+    comparison = prim_name in prims.COMPARE
+    args = [convert(expand_to(a, shape), compute_dtype) if isinstance(a, TensorProxy)
+            else operand_scalar(a, compute_dtype, comparison) for a in args]
     return bind(prims.PRIMS[prim_name], *args)
 
 
@@ -190,12 +233,14 @@ def _scalar_bound(prim_name, x, bound, dtype):
         return x
     if isinstance(bound, TensorProxy):
         return bind(prims.PRIMS[prim_name], x, convert(expand_to(bound, x.shape), dtype))
-    return bind(prims.PRIMS[prim_name], x, bound)
+    return bind(prims.PRIMS[prim_name], x, operand_scalar(bound, dtype, comparison=False))
 
 
 @register(torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip, methods=("clamp", "clip"))
 def clamp(x, min=None, max=None):
     dtype = meta_dtype(torch.clamp, x, min, max)
+    if any(_is_number(b) for b in (min, max)):   # eager refuses bounds out of an int dtype's range
+        torch.clamp(_one(x.dtype), *(b if _is_number(b) else None for b in (min, max)))
     x = convert(x, dtype)
     return _scalar_bound("minimum", _scalar_bound("maximum", x, min, dtype), max, dtype)
 
@@ -214,7 +259,8 @@ def silu(x, inplace=False):
 def where(cond, a, b):
     dtype = meta_dtype(torch.where, cond, a, b)
     shape = broadcast_shape(*[x.shape for x in (cond, a, b) if isinstance(x, TensorProxy)])
-    a, b = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else x
+    a, b = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else
+            stored_scalar(x, dtype, lambda x=x: torch.where(_one(torch.bool), _one(dtype), x))
             for x in (a, b))
     if not any(isinstance(x, TensorProxy) for x in (a, b)):
         a = full(shape, a, dtype=dtype, device=cond.device)
@@ -489,9 +535,11 @@ def pad(x, pad, mode="constant", value=None):
     for (lo, hi), s in zip(config, x.shape):
         if lo + s + hi < 0:
             raise RuntimeError(f"pad: resulting size {hint(lo + s + hi)} is negative")
+    value = stored_scalar(0 if value is None else value, x.dtype,
+                          lambda: torch.constant_pad_nd(_one(x.dtype), (0, 0), value or 0))
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
         return x
-    return bind(prims.pad, x, tuple(config), value=0 if value is None else value)
+    return bind(prims.pad, x, tuple(config), value=value)
 
 
 # ---- factories -----------------------------------------------------------------------------
@@ -500,6 +548,7 @@ def pad(x, pad, mode="constant", value=None):
 def full(size, fill_value, *, dtype=None, device=None, layout=None, pin_memory=False,
          requires_grad=False):
     dtype = dtype or torch.full((), fill_value).dtype
+    fill_value = stored_scalar(fill_value, dtype, lambda: torch.full((1,), fill_value, dtype=dtype))
     return bind(prims.full, tuple(_sizes((size,))), value=fill_value, dtype=dtype,
                 device=torch.device(device or "cpu"))
 

@@ -38,15 +38,23 @@ TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
 INT32_LIMIT = 2 ** 31
 COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
-UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})",
-             "sin": "tl.sin({0})", "cos": "tl.cos({0})", "sqrt": "tl.sqrt({0})",
-             "rsqrt": "tl.rsqrt({0})", "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))",
-             "tanh": "2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0"}
+# Transcendental ops go through libdevice (`triton_exec.kernel_math`): `tl.exp`, `tl.sin`, ...
+# lower to approximate instructions, and formulas such as 2 / (1 + exp(-2x)) - 1 for tanh lose
+# all relative accuracy near 0. Square root and the division in sigmoid round correctly.
+UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
+             "log": "libdevice.log({0})", "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})",
+             "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
+             "sigmoid": "tl.div_rn(1.0, 1.0 + libdevice.exp(-{0}))",
+             "tanh": "libdevice.tanh({0})"}
+# Float neg is `x * -1.0` (Triton's -x is 0 - x, which gives +0.0 for x = +0.0).
+# maximum/minimum as eager computes them: NaN wins, and of two equal values (+0.0 and -0.0)
+# the first operand is the result.
 BINARY_SRC = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-              "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
-              "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+              "maximum": "tl.where(({0} < {1}){nan}, {1}, {0})",
+              "minimum": "tl.where(({1} < {0}){nan}, {1}, {0})",
               "gt": "{0} > {1}", "lt": "{0} < {1}", "ge": "{0} >= {1}", "le": "{0} <= {1}",
               "eq": "{0} == {1}", "ne": "{0} != {1}"}
+COMPARE = frozenset({"gt", "lt", "ge", "le", "eq", "ne"})
 
 
 @dataclasses.dataclass
@@ -115,9 +123,20 @@ def _compute_dtype(dtype):
     return COMPUTE_DTYPE.get(dtype, dtype)
 
 
+NEGATIVE_ZERO = "tl.full([ROWS, COLS], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
+
+
+def _is_negative_zero(value) -> bool:
+    return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
+
+
 def _literal(value) -> str:
+    """Kernel source of a Python number. Triton makes every constant equal to 0 a +0.0, so -0.0
+    is built from its bits."""
     if isinstance(value, bool):
         return str(int(value))
+    if _is_negative_zero(value):
+        return NEGATIVE_ZERO
     if isinstance(value, float):
         if math.isnan(value):
             return "float('nan')"
@@ -295,25 +314,53 @@ def _is_inner_index(i: str) -> bool:
 
 # ---- per-prim lowering rules: (writer, eqn, idx, mask, path) -> value name --------------------
 
+def round_to(w, src: str, dtype) -> str:
+    """The fp32 tile `src` rounded to nearest even in the narrow float `dtype`, held in fp32: where
+    eager's rounding decides a result outright (comparisons, casts), the value must be the one
+    eager holds. bf16 rounds on the bits (Triton's interpreter truncates `.to(tl.bfloat16)`)."""
+    if dtype == torch.float16:
+        return w.let("v", f"{src}.to(tl.float16).to(tl.float32)", "rounded to fp16")
+    if dtype != torch.bfloat16:
+        return src
+    bits = w.let("b", f"{src}.to(tl.uint32, bitcast=True)")
+    rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)"
+    return w.let("v", f"tl.where({src} != {src}, {src}, {rounded})", "rounded to bf16")
+
+
+def _operand(w, a, idx, mask, path, exact: bool) -> str:
+    """Kernel source of an operand; with `exact`, a narrow float tensor is rounded to its dtype."""
+    src = w.value(a, idx, mask, path)
+    if exact and isinstance(a, TensorProxy) and a.dtype in COMPUTE_DTYPE:
+        return round_to(w, src, a.dtype)
+    return src
+
+
 def _elementwise(w, eqn, idx, mask, path):
-    args = [w.value(a, idx, mask, path) for a in eqn.args]
     name = eqn.prim.name
+    args = [_operand(w, a, idx, mask, path, exact=name in COMPARE) for a in eqn.args]
+    if name == "neg" and eqn.args[0].dtype.is_floating_point:
+        return w.let("v", f"{args[0]} * -1.0")
     if name in UNARY_SRC:
         return w.let("v", UNARY_SRC[name].format(*args))
     if name == "pow":
         return w.let("v", " * ".join([args[0]] * int(eqn.args[1])) if eqn.args[1] else "1")
-    return w.let("v", BINARY_SRC[name].format(*args))
+    b = eqn.args[-1]
+    nan = (f" | ({args[1]} != {args[1]})" if isinstance(b, TensorProxy) and b.dtype.is_floating_point
+           else " | True" if isinstance(b, float) and math.isnan(b) else "")
+    return w.let("v", BINARY_SRC[name].format(*args, nan=nan))
 
 
 def _convert(w, eqn, idx, mask, path):
-    src = w.value(eqn.args[0], idx, mask, path)
+    """A cast sees its source as eager holds it (rounded to a narrow float dtype) and rounds to
+    a narrow float target exactly, so casts to int or bool and later comparisons agree."""
+    src = _operand(w, eqn.args[0], idx, mask, path, exact=True)
     to = eqn.params["dtype"]
     if to == torch.bool:
         return w.let("v", f"{src} != 0")
     if to in COMPUTE_DTYPE:     # round to the narrow type as eager does, compute in fp32
         if not eqn.args[0].dtype.is_floating_point:     # ints reach bf16/fp16 through fp32
             src = w.let("v", f"{src}.to(tl.float32)")
-        return w.let("v", f"{src}.to({TL_DTYPE[to]}).to(tl.float32)")
+        return round_to(w, src, to)
     return w.let("v", f"{src}.to({TL_DTYPE[to]})")
 
 
@@ -323,9 +370,10 @@ def _where(w, eqn, idx, mask, path):
 
 
 def _full(w, eqn, idx, mask, path):
-    dtype = _compute_dtype(eqn.params["dtype"])
-    return w.let("v", f"tl.full([ROWS, COLS], {_literal(eqn.params['value'])}, "
-                      f"{TL_DTYPE[dtype]})")
+    dtype, value = _compute_dtype(eqn.params["dtype"]), eqn.params["value"]
+    if _is_negative_zero(value):
+        return w.let("v", NEGATIVE_ZERO)
+    return w.let("v", f"tl.full([ROWS, COLS], {_literal(value)}, {TL_DTYPE[dtype]})")
 
 
 def _offset(i: str, sign: str, by: str) -> str:

@@ -1,0 +1,38 @@
+"""The accurate math functions generated kernels call, as `libdevice.<name>`.
+
+Compiled, each is CUDA's libdevice function (`__nv_tanhf`, `__nv_expf`, ...: a few ulp over the
+whole fp32 domain, where `tl.exp`/`tl.sin` lower to approximate instructions), through Triton's
+`triton.language.extra.libdevice`. Triton's interpreter (3.6) cannot call extern functions, so
+there the same function maps the tile's data through numpy's function of that name (also
+accurate). Each is a Triton builtin: the compiler calls it with `_semantic`, the interpreter
+without.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_LIBDEVICE = "triton.language.extra.libdevice"
+
+_NUMPY = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+          "rsqrt": lambda a: 1 / np.sqrt(a)}
+
+
+def _builtin(name):
+    numpy_fn = _NUMPY[name]
+
+    def fn(x, _semantic=None):
+        if _semantic is not None:   # compiling: the target's libdevice (as Triton maps it)
+            backend = _semantic.builder.module_map.get(_LIBDEVICE, None)
+            return getattr(backend, name)(x, _semantic=_semantic)
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+        with np.errstate(all="ignore"):
+            data = numpy_fn(x.handle.data).astype(x.handle.data.dtype)
+        return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
+
+    fn.__name__ = name
+    fn.__triton_builtin__ = True
+    return fn
+
+
+exp, log, sin, cos, tanh, rsqrt = (_builtin(name) for name in _NUMPY)
