@@ -12,11 +12,12 @@ import inspect
 import itertools
 import re
 import threading
+import warnings
 import weakref
 
 import torch
 
-from ir import passes, prims
+from ir import passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import IntProxy, TensorProxy
@@ -24,6 +25,7 @@ from ir.trace import Trace, iter_vars
 from ir.tracing import TraceContext, record, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
+DEFAULT_CACHE_LIMIT = 8
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
 _COMPILE_LOCK = threading.RLock()
@@ -33,6 +35,7 @@ _COMPILE_LOCK = threading.RLock()
 class CacheStats:
     hits: int = 0
     misses: int = 0
+    eager: int = 0      # misses past the cache limit, run eagerly without compiling
 
 
 @dataclasses.dataclass
@@ -41,6 +44,7 @@ class Entry:
     computation: object
     traces: list
     extra: dict         # per-executor data (e.g. the kernels a fusion executor built)
+    guards: list = dataclasses.field(default_factory=list)     # (op, a, b) the prologue checks
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -160,9 +164,12 @@ def claim(trace: Trace, executors) -> Trace:
 class JitFunction:
     """The callable returned by `ir.jit`."""
 
-    def __init__(self, fn, executors, cache):
+    def __init__(self, fn, executors, cache, cache_limit=DEFAULT_CACHE_LIMIT):
         if cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
+        if cache_limit is not None and (type(cache_limit) is not int or cache_limit < 1):
+            raise ValueError(f"cache_limit must be a positive int or None, got {cache_limit!r}")
+        self.cache_limit = cache_limit
         self.fn = fn
         self.cache_mode = cache
         self.caching = cache != "no caching"
@@ -180,6 +187,10 @@ class JitFunction:
             raise TypeError("ir.jit: functions with *args or **kwargs are not supported")
         self.stats = CacheStats()
         self.entries: dict[tuple, list[Entry]] = {}
+        self.history: list[Entry] = []         # every cached entry, oldest first
+        self.per_structure: dict[tuple, int] = {}     # recompiles.structure_key -> entries
+        self.eager_entry = Entry(None, fn, [], {})
+        self.warned_limit = False
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "jitted")
@@ -222,11 +233,24 @@ class JitFunction:
             with _COMPILE_LOCK:
                 entry = self._find(key, args)
                 if entry is None:
-                    self.stats.misses += 1
-                    entry = self.compile(args)
-                    if self.caching:
-                        self.entries.setdefault(key, []).append(entry)
+                    entry = self.miss(key, args)
         self.last_entry = entry
+        return entry
+
+    def miss(self, key, args) -> Entry:
+        """Compiles and stores a new entry, or past the cache limit returns the eager one."""
+        self.stats.misses += 1
+        structure = recompiles.structure_key(args) if self.caching else None
+        if self.caching and self.history:
+            recompiles.log_recompile(self.__name__, self.history, args, self.constant)
+            if (self.cache_limit is not None
+                    and self.per_structure.get(structure, 0) >= self.cache_limit):
+                return self.past_limit()
+        entry = self.compile(args)
+        if self.caching:
+            self.entries.setdefault(key, []).append(entry)
+            self.history.append(entry)
+            self.per_structure[structure] = self.per_structure.get(structure, 0) + 1
         return entry
 
     def _find(self, key, args) -> Entry | None:
@@ -236,6 +260,20 @@ class JitFunction:
                     self.stats.hits += 1
                     return entry
         return None
+
+    def past_limit(self) -> Entry:
+        """The eager entry: the function itself, run by PyTorch without compiling."""
+        self.stats.eager += 1
+        if not self.warned_limit:
+            self.warned_limit = True
+            warnings.warn(f"ir.jit: {self.__name__} reached its cache limit ({self.cache_limit} "
+                          "entries for these argument types); calls that miss the cache now run "
+                          "eagerly on PyTorch without compiling (see the ir.recompiles log for "
+                          "why each call missed; raise cache_limit in ir.jit, or use "
+                          'cache="symbolic values")', stacklevel=5)
+        recompiles.log.info("%s: past its cache limit of %d, running eagerly", self.__name__,
+                            self.cache_limit)
+        return self.eager_entry
 
     def compile(self, args) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
@@ -264,16 +302,19 @@ class JitFunction:
         traces.append(trace.replace(provenance="Executed: " + trace.provenance))
         host = [e for e in traced.eqns if e.prim.kind == "host"]
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
-        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra)
+        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards)
 
 
-def jit(fn, *, executors=None, cache="constant values") -> JitFunction:
+def jit(fn, *, executors=None, cache="constant values",
+        cache_limit: int | None = DEFAULT_CACHE_LIMIT) -> JitFunction:
     """Traces `fn` on its first call (per cache entry) and runs the executors' code for it.
 
     executors: executor objects or registered names, in priority order; the torch executor is
-    always appended. cache: "constant values", "symbolic values" or "no caching".
+    always appended. cache: "constant values", "symbolic values" or "no caching". cache_limit:
+    entries per argument structure (types, dtypes, ranks) past which a miss runs `fn` eagerly,
+    with a warning once (None: no limit).
     """
-    return JitFunction(fn, executors, cache)
+    return JitFunction(fn, executors, cache, cache_limit)
 
 
 def _jitted(jfn) -> JitFunction:
