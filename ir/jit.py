@@ -188,7 +188,6 @@ class JitFunction:
         self.stats = CacheStats()
         self.entries: dict[tuple, list[Entry]] = {}
         self.history: list[Entry] = []         # every cached entry, oldest first
-        self.per_structure: dict[tuple, int] = {}     # recompiles.structure_key -> entries
         self.eager_entry = Entry(None, fn, [], {})
         self.warned_limit = False
         self.last_entry: Entry | None = None
@@ -240,17 +239,15 @@ class JitFunction:
     def miss(self, key, args) -> Entry:
         """Compiles and stores a new entry, or past the cache limit returns the eager one."""
         self.stats.misses += 1
-        structure = recompiles.structure_key(args) if self.caching else None
         if self.caching and self.history:
             recompiles.log_recompile(self.__name__, self.history, args, self.constant)
             if (self.cache_limit is not None
-                    and self.per_structure.get(structure, 0) >= self.cache_limit):
+                    and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
         entry = self.compile(args)
         if self.caching:
             self.entries.setdefault(key, []).append(entry)
             self.history.append(entry)
-            self.per_structure[structure] = self.per_structure.get(structure, 0) + 1
         return entry
 
     def _find(self, key, args) -> Entry | None:
@@ -267,7 +264,7 @@ class JitFunction:
         if not self.warned_limit:
             self.warned_limit = True
             warnings.warn(f"ir.jit: {self.__name__} reached its cache limit ({self.cache_limit} "
-                          "entries for these argument types); calls that miss the cache now run "
+                          "entries for one cache key); calls that miss the cache now run "
                           "eagerly on PyTorch without compiling (see the ir.recompiles log for "
                           "why each call missed; raise cache_limit in ir.jit, or use "
                           'cache="symbolic values")', stacklevel=5)
@@ -311,8 +308,8 @@ def jit(fn, *, executors=None, cache="constant values",
 
     executors: executor objects or registered names, in priority order; the torch executor is
     always appended. cache: "constant values", "symbolic values" or "no caching". cache_limit:
-    entries per argument structure (types, dtypes, ranks) past which a miss runs `fn` eagerly,
-    with a warning once (None: no limit).
+    entries per cache key (the arguments' types, dtypes and ranks, and in constant mode sizes and
+    values) past which a miss runs `fn` eagerly, with a warning once (None: no limit).
     """
     return JitFunction(fn, executors, cache, cache_limit)
 

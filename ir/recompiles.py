@@ -175,18 +175,3 @@ def log_recompile(name: str, entries, args, constant: bool) -> None:
     if log.isEnabledFor(logging.INFO):
         log.info("recompiling %s: %s", name, miss_reason(entries, args, constant))
 
-
-def structure_key(args) -> tuple:
-    """What the cache limit counts entries per: the arguments' types, tensor dtypes and ranks,
-    and other values than numbers (sizes and numbers are what recompiles vary in)."""
-    return tuple(_structure(a) for a in args)
-
-
-def _structure(a):
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.ndim)
-    if isinstance(a, (int, float)) and not isinstance(a, bool):
-        return type(a)
-    if isinstance(a, (tuple, list)):
-        return (type(a), tuple(_structure(x) for x in a))
-    return (type(a), a)

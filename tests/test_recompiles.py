@@ -77,37 +77,40 @@ def test_past_the_cache_limit_a_warning_once_then_eager(mode):
         calls.append(1)         # runs while tracing, and on every eager call
         return torch.cat((x, x * 2), -1)
 
+    def eager(x):
+        return torch.cat((x, x * 2), -1)
+
     jfn = ir.jit(f, executors=["triton"], cache=mode, cache_limit=2)
-    # constant mode: each size is an entry; symbolic mode: each size of 1 specializes
-    shapes = [(4, 8), (4, 1), (1, 8), (1, 1)] if mode == "symbolic values" else \
-        [(4, 8), (4, 6), (4, 5), (3, 3)]
-    for shape in shapes[:2]:
-        x = torch.randn(shape)
-        torch.testing.assert_close(jfn(x), f(x))
+    # one cache key, four entries: symbolic mode specializes sizes of 1; constant mode guards
+    # the innermost stride (transposed tensors) and the alignment (offset views)
+    if mode == "symbolic values":
+        xs = [torch.randn(shape) for shape in ((4, 8), (4, 1), (1, 8), (1, 1))]
+    else:
+        xs = [torch.randn(4, 8), torch.randn(8, 4).t(), torch.randn(33)[1:].view(4, 8),
+              torch.randn(8, 5)[:, 1:].t()]
+    for x in xs[:2]:
+        torch.testing.assert_close(jfn(x), eager(x))
     with pytest.warns(UserWarning, match="f reached its cache limit \\(2 entries"):
-        x = torch.randn(shapes[2])
         before = len(calls)
-        torch.testing.assert_close(jfn(x), torch.cat((x, x * 2), -1))
+        torch.testing.assert_close(jfn(xs[2]), eager(xs[2]))
         assert len(calls) == before + 1      # run once, eagerly: no tracing
     assert ir.cache_stats(jfn).eager == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # once: no second warning
-        x = torch.randn(shapes[3])
-        torch.testing.assert_close(jfn(x), torch.cat((x, x * 2), -1))
-        x = torch.randn(shapes[0])
-        torch.testing.assert_close(jfn(x), f(x))     # an existing entry still serves
+        torch.testing.assert_close(jfn(xs[3]), eager(xs[3]))
+        torch.testing.assert_close(jfn(xs[0]), eager(xs[0]))   # an existing entry still serves
     stats = ir.cache_stats(jfn)
     assert (stats.misses, stats.eager, stats.hits) == (4, 2, 1)
 
 
-def test_the_limit_counts_per_argument_types():
+def test_the_limit_counts_per_cache_key():
     jfn = ir.jit(lambda x: x + 1, executors=["triton"], cache_limit=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        jfn(torch.randn(3))
-        jfn(torch.randn(3, dtype=torch.float16))     # other dtype: its own count
+        for x in (torch.randn(3), torch.randn(3, dtype=torch.float16), torch.randn(4)):
+            jfn(x)                                  # each its own key
     with pytest.warns(UserWarning, match="cache limit"):
-        jfn(torch.randn(4))
+        jfn(torch.randn(6)[::2])                    # the key of randn(3), another stride
 
 
 def test_the_default_limit_is_8_and_bad_limits_are_refused():
