@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import os
 import re
 import threading
 import warnings
@@ -20,9 +21,9 @@ import torch
 from ir import passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
-from ir.proxies import IntProxy, TensorProxy
+from ir.proxies import IntProxy, TensorProxy, Var
 from ir.trace import Trace, iter_vars
-from ir.tracing import TraceContext, record, tracing
+from ir.tracing import TraceContext, opaque, record, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 DEFAULT_CACHE_LIMIT = 8
@@ -114,7 +115,7 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         if value.is_complex():   # the key's fast path lets it through; refused on the miss
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad and grad_mode)
+                            value.requires_grad and grad_mode, value.is_neg())
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
             return proxy
@@ -131,6 +132,27 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
     return value
+
+
+def _resolved(proxy):
+    """What the traced function receives for an argument: a view with the negative bit (e.g.
+    `z.conj().imag`) is resolved first (a torch op of the trace), so no kernel reads its raw
+    storage; the prologue guards the bit either way."""
+    if isinstance(proxy, tuple):
+        return tuple(_resolved(p) for p in proxy)
+    if isinstance(proxy, TensorProxy) and proxy.neg:
+        return opaque(torch.Tensor.resolve_neg, (proxy,), {})
+    return proxy
+
+
+def _pair_values(proxy, value, values: dict) -> None:
+    """Records the runtime value of each Var of an argument's proxy structure, pairing items by
+    position (a tuple's non-tensor items hold places too)."""
+    if isinstance(proxy, tuple):
+        for p, v in zip(proxy, value):
+            _pair_values(p, v, values)
+    elif isinstance(proxy, Var):
+        values[id(proxy)] = value
 
 
 def _check_outputs(x):
@@ -192,6 +214,8 @@ class JitFunction:
         self.warned_limit = False
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
+        if os.environ.get("IR_CHECK_GUARDS") == "1":     # debug and test mode
+            self.lookup = self.checked_lookup
         self.__name__ = getattr(fn, "__name__", "jitted")
         self.name = function_name(fn)
         self.__doc__ = fn.__doc__
@@ -272,13 +296,25 @@ class JitFunction:
                             self.cache_limit)
         return self.eager_entry
 
+    def checked_lookup(self, args) -> Entry:
+        """`lookup` that also runs the whole prologue of the entry it returns (not only what
+        the key leaves to check) and fails loudly where the entry does not accept the call,
+        a building call included: its guards were derived from these very arguments."""
+        misses = self.stats.misses
+        entry = type(self).lookup(self, args)
+        if entry.prologue is not None and not entry.prologue(*args):     # None: eager
+            built = "built" if self.stats.misses > misses else "hit"
+            raise AssertionError(f"ir.jit: the cache entry this call {built} rejects its "
+                                 f"arguments; its prologue:\n{entry.prologue}")
+        return entry
+
     def compile(self, args) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
         grad_mode = torch.is_grad_enabled()
         with tracing(ctx):
             inputs = tuple((name, _input_proxy(name, a, ctx, grad_mode))
                            for name, a in zip(self.param_names, args))
-            outputs = _check_outputs(self.fn(*[value for _, value in inputs]))
+            outputs = _check_outputs(self.fn(*[_resolved(value) for _, value in inputs]))
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
@@ -287,8 +323,7 @@ class JitFunction:
         traces.append(trace)
         values = {}
         for (name, proxy), a in zip(inputs, args):
-            for v, x in zip(iter_vars(proxy), a if isinstance(a, (tuple, list)) else (a,)):
-                values[id(v)] = x
+            _pair_values(proxy, a, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name)
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)

@@ -104,14 +104,15 @@ def same_size(a, b) -> bool:
 class TensorProxy(Var):
     """Metadata of a traced tensor. Torch functions and methods on it are recorded as symbols."""
 
-    __slots__ = ("shape", "dtype", "device", "requires_grad")
+    __slots__ = ("shape", "dtype", "device", "requires_grad", "neg")
 
-    def __init__(self, name, shape, dtype, device, requires_grad=False):
+    def __init__(self, name, shape, dtype, device, requires_grad=False, neg=False):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
         self.device = device
         self.requires_grad = requires_grad
+        self.neg = neg      # an argument that is a view with the negative bit (`x.is_neg()`)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

@@ -7,6 +7,7 @@ a test does not fix its own count. Pick one with HYPOTHESIS_PROFILE."""
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("IR_CHECK_GUARDS", "1")   # every call also checks its entry's whole prologue
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -594,7 +594,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
                      vectorize.ACCESS_BYTES // min(itemsizes))
     if merged is not None:
         w.stride_dims, w.originals = merged.stride_dims, merged.originals
-        w.guards += [("stride_eq", t, dim_stride) for t, dim_stride in merged.contiguity]
+        w.guards += [("strides_compose", t, dims) for t, dims in merged.contiguity]
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     cols_extent = sizes[-1]
     # Column indices are int32 unless the innermost extent may reach 2**31.

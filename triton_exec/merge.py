@@ -26,7 +26,7 @@ class Merged:
     values: dict         # id(merged input proxy) -> the original example tensor
     stride_dims: dict    # id(merged input proxy) -> original dim of each merged dim
     originals: dict      # id(merged input proxy) -> the original proxy
-    contiguity: list     # (tensor, (dim, stride)) guards that keep the merge valid
+    contiguity: list     # (tensor, (dim, innermost dim, P)): stride[dim] == stride[innermost] * P
     first: int           # k: the first merged dim
 
 
@@ -63,10 +63,17 @@ def _eqn_allows(eqn, k) -> bool:
     return True
 
 
+def _composed_dims(shape, k):
+    """(d, P) for each merged dim d of an input but the innermost, P the product of the sizes
+    inside it: the merged view is the tensor exactly when stride[d] == stride[-1] * P for each
+    (a dim of size 1 is never indexed, so its stride is free)."""
+    r = len(shape)
+    return [(d, math.prod(shape[d + 1:])) for d in range(k, r - 1) if shape[d] != 1]
+
+
 def _input_allows(example, k) -> bool:
-    r = example.ndim
-    return all(example.stride(d) == example.stride(d + 1) * example.shape[d + 1]
-               for d in range(k, r - 1))
+    return all(example.stride(d) == example.stride(-1) * inner
+               for d, inner in _composed_dims(example.shape, k))
 
 
 def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
@@ -120,7 +127,7 @@ def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
         originals[id(m)] = t
         if id(t) in values:     # an argument; torch-made inputs arrive contiguous
             example = merged_values[id(m)] = values[id(t)]
-            contiguity += [(t, (d, example.stride(d))) for d in range(k, r - 1)]
+            contiguity += [(t, (d, r - 1, inner)) for d, inner in _composed_dims(t.shape, k)]
     return Merged(new_eqns, [merged(o) for o in outputs], merged_values, stride_dims, originals,
                   contiguity, k)
 
