@@ -101,7 +101,7 @@ def arg_key(a, constant: bool, nested: bool = False):
     if kind is float:
         return (float, float_identity(a))
     if isinstance(a, _SCALARS):
-        return int if type(a) is int and not constant else (type(a), a)
+        return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
     if isinstance(a, (tuple, list)) and not nested:
         return (type(a), tuple(arg_key(x, constant, True) for x in a))
     raise UnsupportedArgument(f"{type(a).__name__} arguments"

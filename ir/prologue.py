@@ -10,6 +10,7 @@ when all hold. It only checks: it computes nothing that the computation needs.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -21,6 +22,7 @@ GUARD_SOURCE = {
     "gt": "{a} > {b}", "ge": "{a} >= {b}",
     "divisible": "{a} % {b} == 0",
     "aligned": "{a}.data_ptr() % {b} == 0",
+    "misaligned": "{a}.data_ptr() % {b} != 0",
     "stride_eq": "{a}_strides[{b[0]}] == {b[1]}",
     "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
@@ -52,9 +54,7 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
     (`jit.arg_key`: types, dtypes, ranks, and in constant mode sizes and values) implies it."""
     if isinstance(value, TensorProxy):
         dtype = render(value.dtype)
-        dev = next((k for k, v in ns.items() if k.startswith("DEVICE_") and v == value.device),
-                   f"DEVICE_{sum(k.startswith('DEVICE_') for k in ns)}")
-        ns[dev] = value.device
+        dev = _device_name(ns, value.device)
         # without grad mode nothing records a backward: requires_grad does not matter
         grad = (f" and {'' if value.requires_grad else 'not '}{name}.requires_grad"
                 if grad_mode else "")
@@ -80,9 +80,44 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
         same = f"{name} != {name}" if value != value else f"{name}.hex() == {value.hex()!r}"
         lines.append((f"if type({name}) is not float or not ({same}): return False", None))
     else:
-        lines.append((f"if type({name}) is not {type(value).__name__} or {name} != "
-                      f"{render(value)}: return False" if value is not None else
-                      f"if {name} is not None: return False", None))
+        lines.append((f"if {_literal_mismatch(name, value, ns)}: return False", None))
+
+
+_BUILTIN_TYPES = (int, float, bool, str, complex)
+
+
+def _device_name(ns: dict, device) -> str:
+    name = next((k for k, v in ns.items() if k.startswith("DEVICE_") and v == device),
+                f"DEVICE_{sum(k.startswith('DEVICE_') for k in ns)}")
+    ns[name] = device
+    return name
+
+
+def _named(ns: dict, prefix: str, obj) -> str:
+    """A name of the prologue's namespace bound to obj (types and values that have no literal)."""
+    name = next((k for k, v in ns.items() if k.startswith(prefix) and v is obj), None)
+    if name is None:
+        name = f"{prefix}{sum(k.startswith(prefix) for k in ns)}"
+        ns[name] = obj
+    return name
+
+
+def _literal_mismatch(name: str, value, ns: dict) -> str:
+    """Source that is true when argument `name` differs from the traced constant `value`: in type
+    (an IntEnum member is not its int) or value; a NaN equals a NaN, -0.0 differs from 0.0."""
+    if value is None:
+        return f"{name} is not None"
+    kind = type(value)
+    type_name = kind.__name__ if kind in _BUILTIN_TYPES else _named(ns, "TYPE_", kind)
+    if isinstance(value, float) and value != value:
+        differs = f"{name} == {name}"
+    elif isinstance(value, float) and value == 0:
+        differs = f"{name} != 0 or copysign(1.0, {name}) != {math.copysign(1.0, value)}"
+    elif isinstance(value, torch.device):
+        differs = f"{name} != {_device_name(ns, value)}"
+    else:       # numbers, strings, dtypes
+        differs = f"{name} != {render(value)}"
+    return f"type({name}) is not {type_name} or {differs}"
 
 
 def _needed_host_eqns(guards, host_eqns, inputs) -> list:
@@ -105,27 +140,49 @@ def _needed_host_eqns(guards, host_eqns, inputs) -> list:
     return [e for e in host_eqns if id(e) in needed]
 
 
+def _guards_in_order(guards, eqns, input_vars) -> list[str]:
+    """Lines that compute the derived sizes and check the guards in dependency order: each guard
+    as soon as the values it reads are computed, so a guard that makes a derived value defined
+    (`k != 0` before `8 // k`) is checked before the value is computed."""
+    available = {id(v) for v in input_vars}
+    pending, lines = list(guards), []
+
+    def check_ready():
+        ready = [g for g in pending if all(id(v) in available for v in iter_vars(g[1:])
+                                           if isinstance(v, IntProxy))]
+        if ready:
+            lines.append("if not (" + "\n      and ".join(render_guard(g) for g in ready)
+                         + "): return False")
+        pending[:] = [g for g in pending if not any(g is r for r in ready)]
+
+    for eqn in eqns:
+        check_ready()
+        lines.extend(render_eqn(eqn))
+        available.update(id(v) for v in eqn.outs if v is not None)
+    check_ready()
+    assert not pending, f"guards on values the prologue cannot compute: {pending}"
+    return lines
+
+
 def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
     host equations, replayed here where a guard needs a derived size; grad_mode: whether the
     entry was compiled with grad mode on (the cache key holds it too)."""
-    ns = {"torch": torch, "Tensor": torch.Tensor}
+    ns = {"torch": torch, "Tensor": torch.Tensor, "copysign": math.copysign}
     checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
                             "return False", None)]
     for name, value in inputs:
         _check_value(name, value, symbolic, checks, ns, grad_mode)
-    body: list[str] = []
     input_vars = [v for _, value in inputs for v in iter_vars(value)]
-    for eqn in _needed_host_eqns(guards, host_eqns, input_vars):
-        body.extend(render_eqn(eqn))
     strided = {g[1].name: None for g in guards if g[0].startswith("stride")}
-    body.extend(f"{name}_strides = {name}.stride()" for name in strided)   # one query each
-    if guards:
-        body.append("if not (" + "\n      and ".join(render_guard(g) for g in guards)
-                    + "): return False")
+    body = [f"{name}_strides = {name}.stride()" for name in strided]   # one query each
+    body += _guards_in_order(guards, _needed_host_eqns(guards, host_eqns, input_vars),
+                             input_vars)
     body.append("return True")
     devices = "".join(f"{k} = torch.device({str(v)!r})\n" for k, v in ns.items()
                       if k.startswith("DEVICE_"))
+    devices += "".join(f"# {k} is the type {v.__module__}.{v.__qualname__}\n"
+                       for k, v in ns.items() if k.startswith("TYPE_"))
     params = ", ".join(name for name, _ in inputs)
     source = ("# Prologue: checks this cache entry's guards\n" + devices + f"def prologue({params}):\n"
               + "\n".join("  " + line for line in [full for full, _ in checks] + body))

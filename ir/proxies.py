@@ -11,6 +11,8 @@ from __future__ import annotations
 import operator
 from contextvars import ContextVar
 
+import torch
+
 
 ACTIVE_TRACE: ContextVar = ContextVar("ir_active_trace", default=None)
 
@@ -38,8 +40,12 @@ def _other_hint(x):
     return x.hint if isinstance(x, IntProxy) else x
 
 
-class IntProxy(Var):
-    """A symbolic integer; `hint` is its value in the traced call."""
+class IntProxy(Var, torch.SymInt):
+    """A symbolic integer; `hint` is its value in the traced call.
+
+    It derives from `torch.SymInt` only so that PyTorch's argument parser accepts it where a
+    number goes (`torch.where(c, x, n)`, `torch.full_like(x, n)`), which lets the call reach
+    the tracer; it has none of SymInt's machinery (see `_refuse_symint_methods`)."""
 
     __slots__ = ("hint",)
 
@@ -80,6 +86,24 @@ class IntProxy(Var):
 
     def __truediv__(self, o):
         return self.__index__() / _other_hint(o)
+
+
+def _refuse_symint_methods():
+    """SymInt's methods that IntProxy does not define work on a `node` it has not: refuse them
+    with a clear error instead."""
+    def refuse(name):
+        def method(self, *args):
+            raise TypeError(f"{name} is not supported on the traced integer {self.name}")
+        method.__name__ = name
+        return method
+
+    own = {k for c in IntProxy.__mro__ if c is not torch.SymInt for k in vars(c)}
+    for name, value in vars(torch.SymInt).items():
+        if callable(value) and name not in own and name not in ("__init__", "__init_subclass__"):
+            setattr(IntProxy, name, refuse(name))
+
+
+_refuse_symint_methods()
 
 
 COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt,

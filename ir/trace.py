@@ -57,8 +57,13 @@ def map_vars(fn, x):
     return x
 
 
+_LITERAL_TYPES = (torch.dtype, torch.memory_format, torch.layout)   # repr is their Python name
+
+
 def render(x) -> str:
-    """Python source for a literal or a nested structure of Vars and literals."""
+    """Python source for a literal or a nested structure of Vars and literals. Values are written
+    from what they are, never from an object's own repr: an int or float subclass (an IntEnum
+    member, a NumPy float) is written as the plain number it equals."""
     if isinstance(x, Var):
         return x.name
     if isinstance(x, tuple):
@@ -67,12 +72,24 @@ def render(x) -> str:
     if isinstance(x, list):
         return "[" + ", ".join(render(item) for item in x) + "]"
     if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {render(v)}" for k, v in x.items()) + "}"
-    if isinstance(x, float) and not math.isfinite(x):
-        return f"float('{x}')"
+        return "{" + ", ".join(f"{render(k)}: {render(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, bool) or x is None or x is Ellipsis:
+        return repr(x)
+    if isinstance(x, int):
+        return repr(int(x))
+    if isinstance(x, float):
+        return repr(float(x)) if math.isfinite(x) else f"float('{float(x)}')"
+    if isinstance(x, complex):
+        return f"complex({render(x.real)}, {render(x.imag)})"
+    if isinstance(x, str):
+        return repr(str(x))
+    if isinstance(x, slice):
+        return f"slice({render(x.start)}, {render(x.stop)}, {render(x.step)})"
     if isinstance(x, torch.device):
         return repr(str(x))
-    return repr(x)
+    if isinstance(x, _LITERAL_TYPES):
+        return repr(x)
+    raise TypeError(f"a {type(x).__name__} value cannot be written into generated code")
 
 
 def type_comment(outs) -> str:

@@ -150,6 +150,8 @@ def scalar_op(op: str, a, b):
         return NotImplemented
     a, b = canonical(a), canonical(b)
     fn = prims.SCALAR_OPS[op][1]
+    if op in ("floordiv", "mod") and isinstance(b, IntProxy):
+        compare("ne", b, 0)     # the value is defined: the prologue checks this before it
     if not isinstance(a, IntProxy) and not isinstance(b, IntProxy):
         return fn(a, b)
     left_id, right_id = _IDENTITIES.get(op, (None, None))

@@ -27,6 +27,7 @@ import torch
 
 from ir import IntProxy, TensorProxy
 from ir.proxies import same_size
+from ir.trace import render
 from triton_exec import vectorize
 from triton_exec.merge import merge_inner_dims
 from triton_exec.vectorize import Path
@@ -137,12 +138,7 @@ def _literal(value) -> str:
         return str(int(value))
     if _is_negative_zero(value):
         return NEGATIVE_ZERO
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "float('nan')"
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-    return repr(value)
+    return render(value)
 
 
 class KernelWriter:
@@ -257,11 +253,18 @@ class KernelWriter:
                   outer_strides) -> str:
         ptr = self.add_pointer(t)
         inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
-        width = vectorize.load_width(inner_path, example.element_size(),
-                                     t.shape[-1] if t.ndim else 1, inner_stride, outer_strides,
-                                     _data_ptr(example), self.vectorize)
-        if width > 1 and t.name not in self.contiguous_inputs:
-            self.guards.append(("aligned", t, 16))
+        def width_at(data_ptr):
+            return vectorize.load_width(inner_path, example.element_size(),
+                                        t.shape[-1] if t.ndim else 1, inner_stride,
+                                        outer_strides, data_ptr, self.vectorize)
+        width = width_at(_data_ptr(example))
+        if t.name not in self.contiguous_inputs:
+            # the alignment class is guarded both ways: an aligned input never hits an entry
+            # built on a misaligned one and narrowed by it
+            if width > 1:
+                self.guards.append(("aligned", t, vectorize.ACCESS_BYTES))
+            elif width_at(0) > 1:
+                self.guards.append(("misaligned", t, vectorize.ACCESS_BYTES))
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
         offset = " + ".join(terms) or "0"
@@ -373,7 +376,7 @@ def _full(w, eqn, idx, mask, path):
     dtype, value = _compute_dtype(eqn.params["dtype"]), eqn.params["value"]
     if _is_negative_zero(value):
         return w.let("v", NEGATIVE_ZERO)
-    return w.let("v", f"tl.full([ROWS, COLS], {_literal(value)}, {TL_DTYPE[dtype]})")
+    return w.let("v", f"tl.full([ROWS, COLS], {w.value(value, [], '', path)}, {TL_DTYPE[dtype]})")
 
 
 def _offset(i: str, sign: str, by: str) -> str:
@@ -415,7 +418,7 @@ def _pad(w, eqn, idx, mask, path):
             path = path.through(lo, hi, t.shape[d])
     valid = w.let("m", " & ".join(conds), "inside the unpadded input")
     inner_value = w.value(t, new, f"{mask} & {valid}", path, "pad")
-    pad_value = _literal(eqn.params["value"])
+    pad_value = w.value(eqn.params["value"], [], "", path)
     return w.let("v", f"tl.where({valid}, {inner_value}, {pad_value})")
 
 
