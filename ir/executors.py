@@ -32,6 +32,7 @@ class CompileContext:
     guards: list            # (op, a, b) guards the prologue will check; passes may append
     extra: dict = dataclasses.field(default_factory=dict)   # per-executor data of the entry
     name: str = "fn"        # the jitted function's name, unique per function: names kernels
+    explaining: bool = False    # ir.explain: build everything, run and time no kernel
 
     def add_guard(self, guard) -> None:
         """Adds an (op, a, b) guard unless the same one (by identity of its values) is there."""
@@ -50,6 +51,11 @@ class Executor:
 
     def fusion_pass(self, trace: Trace, ctx: CompileContext) -> Trace:
         return trace
+
+    def refusal(self, eqn: Eqn) -> tuple[str, str]:
+        """Why this executor left `eqn` (unclaimed) to another one, as (kind, reason), for
+        `ir.explain` and the fallback warnings. By default: its `claims` refused it."""
+        return "checker refused", f"{self.name}.claims() refused it"
 
     def render(self, eqn: Eqn):
         """(right-hand-side source, comment lines) for an equation this executor claimed."""

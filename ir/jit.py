@@ -18,7 +18,7 @@ import weakref
 
 import torch
 
-from ir import passes, prims, recompiles
+from ir import diagnostics, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import IntProxy, TensorProxy, Var
@@ -46,6 +46,7 @@ class Entry:
     traces: list
     extra: dict         # per-executor data (e.g. the kernels a fusion executor built)
     guards: list = dataclasses.field(default_factory=list)     # (op, a, b) the prologue checks
+    specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -122,8 +123,11 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
         record(prims.shape, (proxy,), {}, sizes)
         for size in sizes:   # 0 and 1 are specialized, as broadcasting depends on them
-            ctx.add_guard(("eq", size, size.hint) if size.hint < 2 else ("ge", size, 2))
-            if size.hint >= 2:
+            if size.hint < 2:
+                ctx.add_guard(("eq", size, size.hint))
+                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)")
+            else:
+                ctx.add_guard(("ge", size, 2))
                 ctx.lower_bounds[id(size)] = 2
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
@@ -212,6 +216,7 @@ class JitFunction:
         self.history: list[Entry] = []         # every cached entry, oldest first
         self.eager_entry = Entry(None, fn, [], {})
         self.warned_limit = False
+        self.warned_executors: set[str] = set()     # named executors that ran nothing, warned
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
         if os.environ.get("IR_CHECK_GUARDS") == "1":     # debug and test mode
@@ -269,10 +274,16 @@ class JitFunction:
                     and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
         entry = self.compile(args)
+        diagnostics.report_fallbacks(self, entry, self.warned_executors)
         if self.caching:
             self.entries.setdefault(key, []).append(entry)
             self.history.append(entry)
         return entry
+
+    def compile_for_explain(self, args) -> Entry:
+        """The entry these arguments would get, built without running a kernel, not cached."""
+        with _COMPILE_LOCK:
+            return self.compile(args, explaining=True)
 
     def _find(self, key, args) -> Entry | None:
         if self.caching:
@@ -308,7 +319,7 @@ class JitFunction:
                                  f"arguments; its prologue:\n{entry.prologue}")
         return entry
 
-    def compile(self, args) -> Entry:
+    def compile(self, args, explaining: bool = False) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
         grad_mode = torch.is_grad_enabled()
         with tracing(ctx):
@@ -324,7 +335,8 @@ class JitFunction:
         values = {}
         for (name, proxy), a in zip(inputs, args):
             _pair_values(proxy, a, values)
-        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name)
+        cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
+                              explaining=explaining)
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)
             if fused is not trace:
@@ -334,7 +346,8 @@ class JitFunction:
         traces.append(trace.replace(provenance="Executed: " + trace.provenance))
         host = [e for e in traced.eqns if e.prim.kind == "host"]
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
-        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards)
+        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards,
+                     ctx.specializations)
 
 
 def jit(fn, *, executors=None, cache="constant values",

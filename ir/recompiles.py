@@ -78,8 +78,8 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
-def _size_origins(entry) -> dict:
-    """id(IntProxy) -> how people name it: `x.shape[0]`, or its definition `i3 = i0 // 2`."""
+def size_origins(entry) -> dict:
+    """id(IntProxy) -> how people name it: `x.shape[0]`, or its definition `i0 // 2`."""
     origins = {}
     for eqn in entry.traces[0].eqns:
         if eqn.prim.kind != "host":
@@ -89,7 +89,7 @@ def _size_origins(entry) -> dict:
                 if out is not None:
                     origins[id(out)] = f"{eqn.args[0].name}.shape[{d}]"
         else:
-            origins[id(eqn.out)] = render_eqn(eqn)[0].strip()
+            origins[id(eqn.out)] = render_eqn(eqn)[0].split("=", 1)[1].split("#")[0].strip()
     return origins
 
 
@@ -115,7 +115,7 @@ class GuardChecker:
         source = f"def check({params}):\n" + "\n".join("  " + line for line in lines)
         ns = {"torch": torch}
         exec(compile(source, "<guard check>", "exec"), ns)
-        self.check, self.guards, self.origins = ns["check"], guards, _size_origins(entry)
+        self.check, self.guards, self.origins = ns["check"], guards, size_origins(entry)
 
     def first_failure(self, *args) -> str | None:
         try:

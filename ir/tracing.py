@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import linecache
+import os
+import sys
 
 import torch
 from torch.utils import _pytree as pytree
@@ -30,6 +33,24 @@ class TraceContext:
     definitions: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> (op, a, b)
     scalar_results: dict = dataclasses.field(default_factory=dict)  # (op, a, b) -> IntProxy
     lower_bounds: dict = dataclasses.field(default_factory=dict)    # id(IntProxy) -> int
+    ops: list = dataclasses.field(default_factory=list)     # the torch ops being traced, nested
+    # (IntProxy, value, cause): sizes pinned to a value in symbolic mode, and what pinned them
+    specializations: list = dataclasses.field(default_factory=list)
+
+    def specialized(self, size, value, cause=None) -> None:
+        self.specializations.append((size, value, cause or self.cause()))
+
+    def cause(self) -> str:
+        """What is being traced: the innermost torch op, else the user's line."""
+        return self.ops[-1] if self.ops else user_line()
+
+    @contextlib.contextmanager
+    def op(self, name: str):
+        self.ops.append(name)
+        try:
+            yield
+        finally:
+            self.ops.pop()
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -80,6 +101,22 @@ def tracing(ctx: TraceContext):
 
 
 current = active_trace
+_IR_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIPPED = (_IR_DIR, os.path.dirname(os.path.abspath(torch.__file__)),
+            os.path.dirname(os.path.abspath(contextlib.__file__)) + os.sep + "contextlib")
+
+
+def user_line() -> str:
+    """`file:line: source` of the innermost frame outside ir, torch and the standard library's
+    contextlib: the user's code being traced."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SKIPPED):
+        frame = frame.f_back
+    if frame is None:
+        return "unknown"
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(path, line).strip()
+    return f"{os.path.basename(path)}:{line}" + (f": {source}" if source else "")
 
 
 def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
@@ -190,6 +227,8 @@ def compare(op: str, a, b) -> bool:
             ctx.aliases[id(a)] = b
         else:
             ctx.aliases[id(b)] = a
+        if not isinstance(a, IntProxy) or not isinstance(b, IntProxy):
+            ctx.specialized(*((a, b) if isinstance(a, IntProxy) else (b, a)))
     if not isinstance(a, IntProxy) or (isinstance(b, IntProxy) and b.name < a.name):
         a, b, guard = b, a, FLIPPED[guard]      # one spelling per guard: a proxy on the left
     if _implied(ctx, guard, a, b):
@@ -261,23 +300,30 @@ def specialize(x):
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
     handler = HANDLERS.get(func)
-    if handler is None:
-        return opaque(func, args, kwargs)
-    return handler(*args, **kwargs)
+    with current().op(_opaque_name(func)):
+        if handler is None:
+            return opaque(func, args, kwargs)
+        return handler(*args, **kwargs)
 
 
 def call_method(name: str, self, args):
     from ir.torch_ops import METHODS
     handler = METHODS.get(name)
-    if handler is None:     # an operator the tracer does not model, e.g. `@`
-        return opaque(getattr(torch.Tensor, name), (self, *args), {})
-    return handler(self, *args)
+    with current().op(f"Tensor.{name}"):
+        if handler is None:     # an operator the tracer does not model, e.g. `@`
+            return opaque(getattr(torch.Tensor, name), (self, *args), {})
+        return handler(self, *args)
+
+
+def _method_call(name, handler, self, *args, **kwargs):
+    with current().op(f"Tensor.{name}"):
+        return handler(self, *args, **kwargs)
 
 
 def tensor_method(self, name: str):
     from ir.torch_ops import METHODS
     if name in METHODS:
-        return functools.partial(METHODS[name], self)
+        return functools.partial(_method_call, name, METHODS[name], self)
     method = getattr(torch.Tensor, name, None)
     if method is None or not callable(method):
         raise AttributeError(f"traced tensor has no attribute {name!r}")

@@ -14,6 +14,11 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(example, "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "def computation(" in printed and "@triton.jit" in printed
+    # what the README shows of ir.explain is what it prints
+    shown = re.search(r"## When it does not fuse or recompiles.*?```text\n(.*?)```", README, re.S)
+    for line in shown.group(1).splitlines():
+        if line.strip() != "...":
+            assert re.sub(r"rope_\d+_", "rope_", line) in re.sub(r"rope_\d+_", "rope_", printed)
     assert (tmp_path / "perf/out/report/report.md").exists()
 
 

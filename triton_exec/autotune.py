@@ -272,12 +272,14 @@ def benchmark(lowered, kernel, configs, example_args: dict, domain: list[int], d
 
 # ---- the entry point --------------------------------------------------------------------------
 
-def choose_config(lowered, kernel, example_args: dict, domain: list[int], device) -> Outcome:
+def choose_config(lowered, kernel, example_args: dict, domain: list[int], device,
+                  timing: bool = True) -> Outcome:
     """The launch config of one kernel (see the module docstring).
 
     example_args: kernel parameter -> value in the building call (outputs as meta tensors);
     domain: the output domain's sizes in this call (the kernel tiles it as
-    [prod(domain[:-1]), domain[-1]])."""
+    [prod(domain[:-1]), domain[-1]]); timing: False to run no kernel (a persisted winner or the
+    heuristic)."""
     domain = [int(s) for s in domain]
     rows = math.prod(domain[:-1])
     heuristic = heuristic_config(lowered, rows, domain[-1])
@@ -293,6 +295,9 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
                 return Outcome(config, key, "cache", interpreter=interpreter)
             warnings.warn(f"tuning cache {cache.path}: entry {key} is not a launch config "
                           f"({stored!r}); tuning again", stacklevel=2)
+    if not timing:
+        return Outcome(heuristic, key, "heuristic", interpreter=interpreter,
+                       note="not tuned: ir.explain runs no kernel")
     if not tuning_enabled(device, interpreter):
         return Outcome(heuristic, key, "heuristic", interpreter=interpreter,
                        note="tuning off (no CUDA device, or TRITON_EXEC_AUTOTUNE=0)")

@@ -146,19 +146,28 @@ class TritonExecutor(ir.Executor):
                         for k, o in enumerate(lowered.outputs)})
         example_args = {p.name: eval(p.launch, {}, example) for p in lowered.params}
         tuning = autotune.choose_config(lowered, kernel, example_args,
-                                        [hint(s) for s in lowered.domain], device)
+                                        [hint(s) for s in lowered.domain], device,
+                                        timing=not ctx.explaining)
         config = tuning.config
         launcher, launcher_src = launch.build_launcher(
             name, lowered, kernel, [a.name for a in args], config, device)
         prim = FusionPrim(name, "fusion", None, None)
-        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher}, tuple(outputs),
-                  executor=self)
+        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher,
+                                      "kernel": f"{name}_kernel"}, tuple(outputs), executor=self)
         record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
                               {k: TensorFacts.of(v) for k, v in example_args.items()}, kernel,
                               time.perf_counter() - start - tuning.seconds, tuning=tuning)
         log.info("built %s: %d prims, vector width up to %d, %s config %s", record.name,
                  len(body), lowered.max_width, tuning.source, config)
         return eqn, record
+
+    def refusal(self, eqn):
+        found = fusion.refusal(eqn.replace(executor=None))
+        if found is not None:
+            return found
+        if eqn.prim.name in fusion.VIEWS:
+            return "view", "a view outside every fusion group: free on PyTorch"
+        return "not fusible", "no fusion group took it"
 
     def render(self, eqn):
         return _fusion_render(eqn)

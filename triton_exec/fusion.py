@@ -34,24 +34,52 @@ def device_claimable(device: torch.device) -> bool:
 
 
 def fusible(eqn) -> bool:
+    return refusal(eqn) is None
+
+
+INTERPRETER_HINT = "CPU tensors: set TRITON_INTERPRET=1 before importing triton"
+
+
+def _device_refusal(device) -> tuple[str, str]:
+    if device.type == "cpu":
+        return "device not claimed", INTERPRETER_HINT
+    return "device not claimed", f"{device.type} tensors are not claimed (CUDA only)"
+
+
+def refusal(eqn) -> tuple[str, str] | None:
+    """Why `eqn` cannot join a fusion group, as (kind, reason); None when it can. Kinds: "not
+    fusible", "dtype not fused", "needs grad", "device not claimed"."""
     name = eqn.prim.name
-    if eqn.executor is not None or name not in LOWERING:
-        return False
+    if eqn.executor is not None:
+        return "not fusible", f"already claimed by the {eqn.executor.name} executor"
+    if name not in LOWERING:
+        op = eqn.params["fn_name"] if name == "opaque" else name
+        return "not fusible", f"{op} is not in the fusible set"
     tensors = [v for v in iter_vars((eqn.args, eqn.outs)) if isinstance(v, TensorProxy)]
-    if not all(t.dtype in FUSIBLE_DTYPES and device_claimable(t.device) and not t.requires_grad
-               for t in tensors):
-        return False
+    for t in tensors:
+        if t.dtype not in FUSIBLE_DTYPES:
+            return "dtype not fused", f"{t.name} is {str(t.dtype).removeprefix('torch.')}"
+    for t in tensors:
+        if not device_claimable(t.device):
+            return _device_refusal(t.device)
+    if any(t.requires_grad for t in tensors):
+        return "needs grad", "its value needs grad: PyTorch runs it and records the backward"
     if name in FLOAT_ONLY and not all(t.dtype.is_floating_point for t in tensors):
-        return False
+        return "dtype not fused", f"{name} is fused on floating-point tensors only"
     if name in ARITHMETIC and any(t.dtype == torch.bool for t in tensors):
-        return False
+        return "dtype not fused", f"{name} on bool tensors is not fused"
     if name == "pow":
         exponent = eqn.args[1]
-        return (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
-                and float(exponent).is_integer() and int(exponent) in POW_EXPONENTS)
+        if not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+                and float(exponent).is_integer() and int(exponent) in POW_EXPONENTS):
+            return "not fusible", (f"pow is fused for the constant exponents "
+                                   f"{sorted(POW_EXPONENTS)} only, not {exponent!r}")
     if name == "full":
-        return eqn.params["dtype"] in FUSIBLE_DTYPES and device_claimable(eqn.params["device"])
-    return True
+        if eqn.params["dtype"] not in FUSIBLE_DTYPES:
+            return "dtype not fused", f"full of {eqn.params['dtype']} is not fused"
+        if not device_claimable(eqn.params["device"]):
+            return _device_refusal(eqn.params["device"])
+    return None
 
 
 def partition(trace) -> list[list[int]]:
