@@ -27,6 +27,9 @@ from ir.tracing import TraceContext, opaque, record, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 DEFAULT_CACHE_LIMIT = 8
+_P = inspect.Parameter
+_POSITIONAL, _POSITIONAL_ONLY = _P.POSITIONAL_OR_KEYWORD, _P.POSITIONAL_ONLY
+_VAR_POSITIONAL, _KEYWORD_ONLY = _P.VAR_POSITIONAL, _P.KEYWORD_ONLY
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
 _COMPILE_LOCK = threading.RLock()
@@ -105,6 +108,8 @@ def arg_key(a, constant: bool, nested: bool = False):
         return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
     if isinstance(a, (tuple, list)) and not nested:
         return (type(a), tuple(arg_key(x, constant, True) for x in a))
+    if type(a) is dict and not nested:      # the **kwargs of a function
+        return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
     raise UnsupportedArgument(f"{type(a).__name__} arguments"
                               f"{' inside a list' if nested else ''} are not supported")
 
@@ -132,7 +137,12 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
     if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(f"{name}_{i}", v, ctx, grad_mode) for i, v in enumerate(value))
+        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
+                     for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
+                                               f"{name}_{i}"), v, ctx, grad_mode)
+                for i, (k, v) in enumerate(value.items())}
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
     return value
@@ -144,6 +154,8 @@ def _resolved(proxy):
     storage; the prologue guards the bit either way."""
     if isinstance(proxy, tuple):
         return tuple(_resolved(p) for p in proxy)
+    if isinstance(proxy, dict):
+        return {k: _resolved(p) for k, p in proxy.items()}
     if isinstance(proxy, TensorProxy) and proxy.neg:
         return opaque(torch.Tensor.resolve_neg, (proxy,), {})
     return proxy
@@ -151,7 +163,9 @@ def _resolved(proxy):
 
 def _pair_values(proxy, value, values: dict) -> None:
     """Records the runtime value of each Var of an argument's proxy structure, pairing items by
-    position (a tuple's non-tensor items hold places too)."""
+    position (a tuple's non-tensor items hold places too; a dict's by name)."""
+    if isinstance(proxy, dict):
+        proxy, value = tuple(proxy.values()), tuple(value.values())
     if isinstance(proxy, tuple):
         for p, v in zip(proxy, value):
             _pair_values(p, v, values)
@@ -200,6 +214,8 @@ class JitFunction:
         self.cache_mode = cache
         self.caching = cache != "no caching"
         self.constant = cache == "constant values"
+        if isinstance(executors, (str, Executor)):
+            executors = [executors]
         self.executors = [get_executor(e) if isinstance(e, str) else e for e in executors or ()]
         for e in self.executors:
             if not isinstance(e, Executor):
@@ -208,13 +224,14 @@ class JitFunction:
             self.executors.append(torch_executor)
         self.signature = inspect.signature(fn)
         self.param_names = list(self.signature.parameters)
-        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               for p in self.signature.parameters.values()):
-            raise TypeError("ir.jit: functions with *args or **kwargs are not supported")
+        self.param_kinds = [p.kind for p in self.signature.parameters.values()]
+        # calls with exactly this many positional arguments and no keywords bind as they are
+        self.plain_arity = len(self.param_names) if all(
+            k in (_POSITIONAL, _POSITIONAL_ONLY) for k in self.param_kinds) else -1
         self.stats = CacheStats()
         self.entries: dict[tuple, list[Entry]] = {}
         self.history: list[Entry] = []         # every cached entry, oldest first
-        self.eager_entry = Entry(None, fn, [], {})
+        self.eager_entry = Entry(None, lambda *values: self.call_fn(values), [], {})
         self.warned_limit = False
         self.warned_executors: set[str] = set()     # named executors that ran nothing, warned
         self.last_entry: Entry | None = None
@@ -226,11 +243,26 @@ class JitFunction:
         self.__doc__ = fn.__doc__
 
     def bind(self, args, kwargs):
-        if not kwargs and len(args) == len(self.param_names):
+        """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
+        if not kwargs and len(args) == self.plain_arity:
             return args
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return tuple(bound.arguments.values())
+
+    def call_fn(self, values):
+        """fn called with one value per parameter, each passed as its kind requires."""
+        positional, keywords = [], {}
+        for name, kind, value in zip(self.param_names, self.param_kinds, values):
+            if kind in (_POSITIONAL, _POSITIONAL_ONLY):
+                positional.append(value)
+            elif kind is _VAR_POSITIONAL:
+                positional.extend(value)
+            elif kind is _KEYWORD_ONLY:
+                keywords[name] = value
+            else:
+                keywords.update(value)
+        return self.fn(*positional, **keywords)
 
     def key(self, args):
         """The hashed cache key: the grad mode, then each argument's key."""
@@ -320,12 +352,13 @@ class JitFunction:
         return entry
 
     def compile(self, args, explaining: bool = False) -> Entry:
-        ctx = TraceContext(symbolic=self.cache_mode == "symbolic values")
+        ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
+                           taken=set(self.param_names))
         grad_mode = torch.is_grad_enabled()
         with tracing(ctx):
-            inputs = tuple((name, _input_proxy(name, a, ctx, grad_mode))
-                           for name, a in zip(self.param_names, args))
-            outputs = _check_outputs(self.fn(*[_resolved(value) for _, value in inputs]))
+            inputs = tuple((name, _input_proxy(name, a, ctx, grad_mode)) for name, a in
+                           zip(map(ctx.parameter_name, self.param_names), args))
+            outputs = _check_outputs(self.call_fn([_resolved(value) for _, value in inputs]))
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")

@@ -67,15 +67,23 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
             lines.append((f"if {name}.shape != {render(tuple(value.shape))}: return False", None))
     elif isinstance(value, IntProxy):
         lines.append((f"if type({name}) is not int: return False", None))
-    elif isinstance(value, tuple):
-        lines.append((f"if type({name}) not in (tuple, list) or len({name}) != {len(value)}: "
-                      "return False", None))
-        targets = [item.name if isinstance(item, Var) else f"{name}_{i}"
-                   for i, item in enumerate(value)]
-        unpack = f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {name}"
+    elif isinstance(value, (tuple, dict)):
+        keys = value
+        if isinstance(value, dict):     # **kwargs: its names, in order, are part of the key
+            lines.append((f"if type({name}) is not dict or tuple({name}) != {tuple(value)!r}: "
+                          "return False", None))
+            source, value = f"{name}.values()", tuple(value.values())
+        else:
+            lines.append((f"if type({name}) not in (tuple, list) or len({name}) != {len(value)}: "
+                          "return False", None))
+            source = name
+        keys = list(keys) if isinstance(keys, dict) else range(len(value))
+        targets = [item.name if isinstance(item, Var) else "_" for item in value]
+        unpack = f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {source}"
         lines.append((unpack, unpack))
-        for target, item in zip(targets, value):
-            _check_value(target, item, symbolic, lines, ns, grad_mode)
+        for key, target, item in zip(keys, targets, value):   # constants are read in place
+            _check_value(target if isinstance(item, Var) else f"{name}[{key!r}]", item, symbolic,
+                         lines, ns, grad_mode)
     elif type(value) is float:      # by bits, as the cache key (`jit.float_identity`)
         same = f"{name} != {name}" if value != value else f"{name}.hex() == {value.hex()!r}"
         lines.append((f"if type({name}) is not float or not ({same}): return False", None))

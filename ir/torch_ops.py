@@ -156,7 +156,7 @@ def elementwise(prim_name, torch_fn, *args, compute_dtype=None):
 
 def _unary(name, fn):
     register(fn, getattr(torch.Tensor, name), methods=(name,))(
-        lambda x: elementwise(name, fn, x))
+        lambda input: elementwise(name, fn, input))
 
 
 for _name in prims.UNARY:
@@ -167,8 +167,8 @@ HANDLERS[F.sigmoid] = HANDLERS[torch.sigmoid]
 
 
 def _binary(name, fn, dunder=None, rdunder=None, swap_scalar=False):
-    def forward(a, b):
-        return elementwise(name, fn, a, b)
+    def forward(input, other):
+        return elementwise(name, fn, input, other)
 
     def reverse(a, b):
         return elementwise(name, fn, b, a)
@@ -184,10 +184,21 @@ _binary("add", torch.add, "__add__", "__radd__")
 _binary("sub", torch.sub, "__sub__", "__rsub__")
 _binary("mul", torch.mul, "__mul__", "__rmul__")
 _binary("div", torch.div, "__truediv__", "__rtruediv__")
-_binary("pow", torch.pow, "__pow__", "__rpow__")
+
+
+@register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, methods=("pow", "__pow__"))
+def pow(input, exponent):
+    return elementwise("pow", torch.pow, input, exponent)
+
+
+register(torch.Tensor.__rpow__, methods=("__rpow__",))(
+    lambda self, other: elementwise("pow", torch.pow, other, self))
+
+
 def _compare(name, fn):
-    def compare_op(a, b):
-        return elementwise(name, fn, a, b, compute_dtype=torch.result_type(_meta(a), _meta(b)))
+    def compare_op(input, other):
+        return elementwise(name, fn, input, other,
+                           compute_dtype=torch.result_type(_meta(input), _meta(other)))
     for key in (fn, getattr(torch.Tensor, name), getattr(torch.Tensor, f"__{name}__")):
         HANDLERS[key] = compare_op
     METHODS[name] = METHODS[f"__{name}__"] = compare_op
@@ -198,34 +209,34 @@ for _name in prims.COMPARE:
 
 
 @register(torch.add, torch.Tensor.add, methods=("add",))
-def add(a, b, *, alpha=1):
-    return elementwise("add", torch.add, a, b if alpha == 1 else mul(b, alpha))
+def add(input, other, *, alpha=1):
+    return elementwise("add", torch.add, input, other if alpha == 1 else mul(other, alpha))
 
 
 @register(torch.sub, torch.Tensor.sub, methods=("sub",))
-def sub(a, b, *, alpha=1):
-    return elementwise("sub", torch.sub, a, b if alpha == 1 else mul(b, alpha))
+def sub(input, other, *, alpha=1):
+    return elementwise("sub", torch.sub, input, other if alpha == 1 else mul(other, alpha))
 
 
-def mul(a, b):
-    return elementwise("mul", torch.mul, a, b)
+def mul(input, other):
+    return elementwise("mul", torch.mul, input, other)
 
 
 @register(torch.div, torch.Tensor.div, methods=("div",))
-def div(a, b, *, rounding_mode=None):
+def div(input, other, *, rounding_mode=None):
     if rounding_mode is not None:
-        return opaque(torch.div, (a, b), {"rounding_mode": rounding_mode})
-    return elementwise("div", torch.div, a, b)
+        return opaque(torch.div, (input, other), {"rounding_mode": rounding_mode})
+    return elementwise("div", torch.div, input, other)
 
 
 @register(torch.maximum, torch.Tensor.maximum, methods=("maximum",))
-def maximum(a, b):
-    return elementwise("maximum", torch.maximum, a, b)
+def maximum(input, other):
+    return elementwise("maximum", torch.maximum, input, other)
 
 
 @register(torch.minimum, torch.Tensor.minimum, methods=("minimum",))
-def minimum(a, b):
-    return elementwise("minimum", torch.minimum, a, b)
+def minimum(input, other):
+    return elementwise("minimum", torch.minimum, input, other)
 
 
 def _scalar_bound(prim_name, x, bound, dtype):
@@ -237,34 +248,36 @@ def _scalar_bound(prim_name, x, bound, dtype):
 
 
 @register(torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip, methods=("clamp", "clip"))
-def clamp(x, min=None, max=None):
-    dtype = meta_dtype(torch.clamp, x, min, max)
+def clamp(input, min=None, max=None):
+    dtype = meta_dtype(torch.clamp, input, min, max)
     if any(_is_number(b) for b in (min, max)):   # eager refuses bounds out of an int dtype's range
-        torch.clamp(_one(x.dtype), *(b if _is_number(b) else None for b in (min, max)))
-    x = convert(x, dtype)
-    return _scalar_bound("minimum", _scalar_bound("maximum", x, min, dtype), max, dtype)
+        torch.clamp(_one(input.dtype), *(b if _is_number(b) else None for b in (min, max)))
+    input = convert(input, dtype)
+    return _scalar_bound("minimum", _scalar_bound("maximum", input, min, dtype), max, dtype)
 
 
 @register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
-def relu(x, inplace=False):
-    return clamp(x, 0)
+def relu(input, inplace=False):
+    return clamp(input, 0)
 
 
 @register(F.silu, methods=("silu",))
-def silu(x, inplace=False):
-    return mul(x, elementwise("sigmoid", torch.sigmoid, x))
+def silu(input, inplace=False):
+    return mul(input, elementwise("sigmoid", torch.sigmoid, input))
 
 
 @register(torch.where, torch.Tensor.where)
-def where(cond, a, b):
-    dtype = meta_dtype(torch.where, cond, a, b)
-    shape = broadcast_shape(*[x.shape for x in (cond, a, b) if isinstance(x, TensorProxy)])
-    a, b = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else
-            stored_scalar(x, dtype, lambda x=x: torch.where(_one(torch.bool), _one(dtype), x))
-            for x in (a, b))
-    if not any(isinstance(x, TensorProxy) for x in (a, b)):
-        a = full(shape, a, dtype=dtype, device=cond.device)
-    return bind(prims.where, expand_to(cond, shape), a, b)
+def where(condition, input, other):
+    dtype = meta_dtype(torch.where, condition, input, other)
+    shape = broadcast_shape(*[x.shape for x in (condition, input, other)
+                              if isinstance(x, TensorProxy)])
+    input, other = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else
+                    stored_scalar(x, dtype,
+                                  lambda x=x: torch.where(_one(torch.bool), _one(dtype), x))
+                    for x in (input, other))
+    if not any(isinstance(x, TensorProxy) for x in (input, other)):
+        input = full(shape, input, dtype=dtype, device=condition.device)
+    return bind(prims.where, expand_to(condition, shape), input, other)
 
 
 # ---- dtype and layout ----------------------------------------------------------------------
@@ -292,8 +305,8 @@ def to(x, *args, **kwargs):
 
 
 @register(torch.Tensor.type_as, methods=("type_as",))
-def type_as(x, other):
-    return convert(x, other.dtype)
+def type_as(input, other):
+    return convert(input, other.dtype)
 
 
 @register(torch.Tensor.contiguous, methods=("contiguous",))
@@ -316,13 +329,13 @@ def _sizes(args):
 
 
 @register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view, methods=("reshape", "view"))
-def reshape(x, *shape):
-    shape = _sizes(shape)
+def reshape(input, *sizes, shape=None):
+    shape = _sizes(sizes) if shape is None else tuple(shape)
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-        return opaque(torch.Tensor.view, (x, shape[0]), {})
-    if len(shape) == len(x.shape) and all(same_size(a, b) for a, b in zip(shape, x.shape)):
-        return x
-    numel = _numel(x.shape)
+        return opaque(torch.Tensor.view, (input, shape[0]), {})
+    if len(shape) == input.ndim and all(same_size(a, b) for a, b in zip(shape, input.shape)):
+        return input
+    numel = _numel(input.shape)
     if sum(1 for s in shape if not isinstance(s, IntProxy) and s == -1) > 1:
         raise RuntimeError("only one dimension can be inferred")
     if any(not isinstance(s, IntProxy) and s == -1 for s in shape):
@@ -334,7 +347,7 @@ def reshape(x, *shape):
     if _numel(shape) != numel:
         raise RuntimeError(f"shape {tuple(map(hint, shape))} is invalid for input of size "
                            f"{hint(numel)}")
-    return bind(prims.reshape, x, shape)
+    return bind(prims.reshape, input, shape)
 
 
 @register(torch.Tensor.view_as, torch.Tensor.reshape_as, methods=("view_as", "reshape_as"))
@@ -343,48 +356,48 @@ def reshape_as(x, other):
 
 
 @register(torch.flatten, torch.Tensor.flatten, methods=("flatten",))
-def flatten(x, start_dim=0, end_dim=-1):
-    if x.ndim == 0:
-        return reshape(x, (1,))
-    start, end = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
-    merged = _numel(x.shape[start:end + 1])
-    return reshape(x, x.shape[:start] + (merged,) + x.shape[end + 1:])
+def flatten(input, start_dim=0, end_dim=-1):
+    if input.ndim == 0:
+        return reshape(input, (1,))
+    start, end = _dim(start_dim, input.ndim), _dim(end_dim, input.ndim)
+    merged = _numel(input.shape[start:end + 1])
+    return reshape(input, input.shape[:start] + (merged,) + input.shape[end + 1:])
 
 
 @register(torch.unsqueeze, torch.Tensor.unsqueeze, methods=("unsqueeze",))
-def unsqueeze(x, dim):
-    d = _dim(dim, x.ndim + 1)
-    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+def unsqueeze(input, dim):
+    d = _dim(dim, input.ndim + 1)
+    return reshape(input, input.shape[:d] + (1,) + input.shape[d:])
 
 
 @register(torch.squeeze, torch.Tensor.squeeze, methods=("squeeze",))
-def squeeze(x, dim=None):
+def squeeze(input, dim=None):
     if dim is None:
-        dims = range(x.ndim)
+        dims = range(input.ndim)
     else:
-        dims = [_dim(d, x.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
-    drop = {d for d in dims if x.shape[d] == 1}
-    return reshape(x, tuple(s for d, s in enumerate(x.shape) if d not in drop))
+        dims = [_dim(d, input.ndim) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+    drop = {d for d in dims if input.shape[d] == 1}
+    return reshape(input, tuple(s for d, s in enumerate(input.shape) if d not in drop))
 
 
 @register(torch.permute, torch.Tensor.permute, methods=("permute",))
-def permute(x, *dims):
-    perm = tuple(_dim(d, x.ndim) for d in _sizes(dims))
-    if sorted(perm) != list(range(x.ndim)):
-        raise RuntimeError(f"permute: {perm} is not a permutation of the dims of a rank-{x.ndim} "
+def permute(input, *perm, dims=None):
+    perm = tuple(_dim(d, input.ndim) for d in (_sizes(perm) if dims is None else dims))
+    if sorted(perm) != list(range(input.ndim)):
+        raise RuntimeError(f"permute: {perm} is not a permutation of the dims of a rank-{input.ndim} "
                            "tensor")
-    if perm == tuple(range(x.ndim)):
-        return x
-    return bind(prims.permute, x, perm=perm)
+    if perm == tuple(range(input.ndim)):
+        return input
+    return bind(prims.permute, input, perm=perm)
 
 
 @register(torch.transpose, torch.Tensor.transpose, torch.swapaxes, torch.Tensor.swapaxes,
           methods=("transpose", "swapaxes"))
-def transpose(x, dim0, dim1):
-    perm = list(range(x.ndim))
-    a, b = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+def transpose(input, dim0, dim1):
+    perm = list(range(input.ndim))
+    a, b = _dim(dim0, input.ndim), _dim(dim1, input.ndim)
     perm[a], perm[b] = perm[b], perm[a]
-    return permute(x, perm)
+    return permute(input, perm)
 
 
 @register(torch.Tensor.t, methods=("t",))
@@ -393,14 +406,14 @@ def t(x):
 
 
 @register(torch.Tensor.expand, methods=("expand",))
-def expand(x, *sizes):
-    sizes = _sizes(sizes)
-    if len(sizes) < x.ndim:
-        raise RuntimeError(f"expand: {len(sizes)} sizes given for a rank-{x.ndim} tensor")
-    offset = len(sizes) - x.ndim
+def expand(input, *sizes, size=None):
+    sizes = _sizes(sizes) if size is None else tuple(size)
+    if len(sizes) < input.ndim:
+        raise RuntimeError(f"expand: {len(sizes)} sizes given for a rank-{input.ndim} tensor")
+    offset = len(sizes) - input.ndim
     shape = []
     for i, s in enumerate(sizes):
-        own = x.shape[i - offset] if i >= offset else 1
+        own = input.shape[i - offset] if i >= offset else 1
         if not isinstance(s, IntProxy) and s == -1:
             shape.append(own)
         elif _is_one(own) or own is s or own == s:
@@ -408,7 +421,7 @@ def expand(x, *sizes):
         else:
             raise RuntimeError(f"expand: size {hint(own)} of dim {i - offset} cannot become "
                                f"{hint(s)}")
-    return expand_to(x, shape)
+    return expand_to(input, shape)
 
 
 @register(torch.Tensor.expand_as, methods=("expand_as",))
@@ -417,8 +430,8 @@ def expand_as(x, other):
 
 
 @register(torch.broadcast_to)
-def broadcast_to(x, shape):
-    return expand(x, shape)
+def broadcast_to(input, size):
+    return expand(input, size)
 
 
 def _clamp_index(i, size):
@@ -490,9 +503,9 @@ def getitem(x, index):
 
 
 @register(torch.narrow, torch.Tensor.narrow, methods=("narrow",))
-def narrow(x, dim, start, length):
-    d = _dim(dim, x.ndim)
-    return getitem(x, (slice(None),) * d + (slice(start, start + length),))
+def narrow(input, dim, start, length):
+    d = _dim(dim, input.ndim)
+    return getitem(input, (slice(None),) * d + (slice(start, start + length),))
 
 
 @register(torch.cat, torch.concat, torch.concatenate)
@@ -524,22 +537,22 @@ def stack(tensors, dim=0):
 
 
 @register(F.pad, torch.constant_pad_nd)
-def pad(x, pad, mode="constant", value=None):
+def pad(input, pad, mode="constant", value=None):
     if mode != "constant":
-        return opaque(F.pad, (x, pad), {"mode": mode, "value": value})
-    if len(pad) % 2 or len(pad) // 2 > x.ndim:
-        raise ValueError(f"pad: {len(pad)} widths given for a rank-{x.ndim} tensor")
-    config = [(0, 0)] * x.ndim
+        return opaque(F.pad, (input, pad), {"mode": mode, "value": value})
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"pad: {len(pad)} widths given for a rank-{input.ndim} tensor")
+    config = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
-        config[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
-    for (lo, hi), s in zip(config, x.shape):
+        config[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    for (lo, hi), s in zip(config, input.shape):
         if lo + s + hi < 0:
             raise RuntimeError(f"pad: resulting size {hint(lo + s + hi)} is negative")
-    value = stored_scalar(0 if value is None else value, x.dtype,
-                          lambda: torch.constant_pad_nd(_one(x.dtype), (0, 0), value or 0))
+    value = stored_scalar(0 if value is None else value, input.dtype,
+                          lambda: torch.constant_pad_nd(_one(input.dtype), (0, 0), value or 0))
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
-        return x
-    return bind(prims.pad, x, tuple(config), value=value)
+        return input
+    return bind(prims.pad, input, tuple(config), value=value)
 
 
 # ---- factories -----------------------------------------------------------------------------
@@ -565,10 +578,10 @@ HANDLERS[torch.ones] = _constant_factory(1)
 
 
 def _like_factory(value):
-    def factory(x, fill_value=None, *, dtype=None, device=None, layout=None, pin_memory=False,
-                requires_grad=False, memory_format=None):
+    def factory(input, fill_value=None, *, dtype=None, device=None, layout=None,
+                pin_memory=False, requires_grad=False, memory_format=None):
         fill = value if value is not None else fill_value
-        return full(x.shape, fill, dtype=dtype or x.dtype, device=device or x.device)
+        return full(input.shape, fill, dtype=dtype or input.dtype, device=device or input.device)
     return factory
 
 

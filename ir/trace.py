@@ -123,10 +123,12 @@ class Trace:
         lines = [f"# {self.provenance}"] if self.provenance else []
         lines.append(f"def {self.name}({', '.join(name for name, _ in self.inputs)}):")
         for name, value in self.inputs:
-            if isinstance(value, tuple) and any(isinstance(v, Var) for v in value):
+            items = tuple(value.values()) if isinstance(value, dict) else value
+            if isinstance(items, tuple) and any(isinstance(v, Var) for v in items):
                 # constants inside are inlined where used
-                targets = [v.name if isinstance(v, Var) else "_" for v in value]
-                lines.append(f"  ({', '.join(targets)}{',' * (len(targets) == 1)}) = {name}")
+                targets = [v.name if isinstance(v, Var) else "_" for v in items]
+                source = f"{name}.values()" if isinstance(value, dict) else name
+                lines.append(f"  ({', '.join(targets)}{',' * (len(targets) == 1)}) = {source}")
         for v in self.input_vars():
             if isinstance(v, TensorProxy):
                 lines.append(f"  # {v.name}: {v.type_string()}")

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import linecache
 import os
+import re
 import sys
 
 import torch
@@ -33,6 +34,7 @@ class TraceContext:
     definitions: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> (op, a, b)
     scalar_results: dict = dataclasses.field(default_factory=dict)  # (op, a, b) -> IntProxy
     lower_bounds: dict = dataclasses.field(default_factory=dict)    # id(IntProxy) -> int
+    taken: set = dataclasses.field(default_factory=set)     # names in use: never generated again
     ops: list = dataclasses.field(default_factory=list)     # the torch ops being traced, nested
     # (IntProxy, value, cause): sizes pinned to a value in symbolic mode, and what pinned them
     specializations: list = dataclasses.field(default_factory=list)
@@ -63,9 +65,23 @@ class TraceContext:
             t.shape = tuple(self.canonical(s) for s in t.shape)
 
     def new_name(self, prefix: str) -> str:
-        n = self.counters[prefix]
-        self.counters[prefix] = n + 1
-        return f"{prefix}{n}"
+        """A fresh `t<n>` / `i<n>`, skipping the names of the function's parameters."""
+        while True:
+            n = self.counters[prefix]
+            self.counters[prefix] = n + 1
+            if f"{prefix}{n}" not in self.taken:
+                return f"{prefix}{n}"
+
+    def fresh_name(self, base: str) -> str:
+        """base, or base with `_` appended until it names nothing else in the traces."""
+        while base in self.taken or _generated(base):
+            base += "_"
+        self.taken.add(base)
+        return base
+
+    def parameter_name(self, name: str) -> str:
+        """The trace's name for a parameter: its own, unless generated code needs that name."""
+        return self.fresh_name(name + "_") if _generated(name) else name
 
     def canonical(self, x):
         """The representative of x among the sizes that guards made equal (an int where one is)."""
@@ -88,6 +104,16 @@ class TraceContext:
 
     def tensor_method(self, tensor, name: str):
         return tensor_method(tensor, name)
+
+
+# Globals of generated traces, prologues and launchers, which a parameter must not shadow.
+_GENERATED_GLOBALS = frozenset({"torch", "F", "math", "Tensor", "prims"})
+
+
+def _generated(name: str) -> bool:
+    """Whether generated code may define `name` (a name ending in `_` never is)."""
+    return (name in _GENERATED_GLOBALS or (name.startswith("opaque_") and not name.endswith("_"))
+            or re.fullmatch(r"DEVICE_\d+|\w+_fusion_\d+", name) is not None)
 
 
 @contextlib.contextmanager
