@@ -29,7 +29,7 @@ CACHE_MODES = ("constant values", "symbolic values", "no caching")
 DEFAULT_CACHE_LIMIT = 8
 _P = inspect.Parameter
 _POSITIONAL, _POSITIONAL_ONLY = _P.POSITIONAL_OR_KEYWORD, _P.POSITIONAL_ONLY
-_VAR_POSITIONAL, _KEYWORD_ONLY = _P.VAR_POSITIONAL, _P.KEYWORD_ONLY
+_VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = _P.VAR_POSITIONAL, _P.KEYWORD_ONLY, _P.VAR_KEYWORD
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
 _COMPILE_LOCK = threading.RLock()
@@ -75,6 +75,10 @@ def function_name(fn) -> str:
     return name
 
 
+class Keywords(dict):
+    """The **kwargs of a call (a dict argument of any other parameter is refused)."""
+
+
 class UnsupportedArgument(TypeError):
     pass
 
@@ -108,7 +112,7 @@ def arg_key(a, constant: bool, nested: bool = False):
         return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
     if isinstance(a, (tuple, list)) and not nested:
         return (type(a), tuple(arg_key(x, constant, True) for x in a))
-    if type(a) is dict and not nested:      # the **kwargs of a function
+    if kind is Keywords:
         return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
     raise UnsupportedArgument(f"{type(a).__name__} arguments"
                               f"{' inside a list' if nested else ''} are not supported")
@@ -248,7 +252,8 @@ class JitFunction:
             return args
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return tuple(bound.arguments.values())
+        return tuple(Keywords(v) if kind is _VAR_KEYWORD else v
+                     for v, kind in zip(bound.arguments.values(), self.param_kinds))
 
     def call_fn(self, values):
         """fn called with one value per parameter, each passed as its kind requires."""

@@ -70,7 +70,7 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
     elif isinstance(value, (tuple, dict)):
         keys = value
         if isinstance(value, dict):     # **kwargs: its names, in order, are part of the key
-            lines.append((f"if type({name}) is not dict or tuple({name}) != {tuple(value)!r}: "
+            lines.append((f"if not isinstance({name}, dict) or tuple({name}) != {tuple(value)!r}: "
                           "return False", None))
             source, value = f"{name}.values()", tuple(value.values())
         else:
