@@ -196,3 +196,15 @@ def test_executors_as_one_name_or_one_executor():
         assert j.executors == [ir.torch_executor]
     with pytest.raises(ValueError, match="no executor named 'tritn'"):
         ir.jit(f, executors="tritn")
+
+
+def test_past_the_cache_limit_the_eager_call_keeps_the_signature():
+    def f(x, *rest, scale=2, **named):
+        return x * scale * int(x.shape[0]) + sum(rest) + sum(named.values())
+
+    j = ir.jit(f, executors="torch", cache=SYMBOLIC, cache_limit=1)   # one entry per size
+    with pytest.warns(UserWarning, match="cache limit"):
+        for n in (2, 3, 4):
+            x = torch.randn(n)
+            torch.testing.assert_close(j(x, x, 1, scale=3, a=x), f(x, x, 1, scale=3, a=x))
+    assert ir.cache_stats(j).eager == 2
