@@ -6,6 +6,14 @@ type, dtype, device, rank and (in grad mode) requires_grad, its sizes (exactly i
 argument's value (constant mode) or type (symbolic mode), and the guards that tracing and the
 executors recorded (size comparisons, pointer alignment, strides, divisibility). It returns True
 when all hold. It only checks: it computes nothing that the computation needs.
+
+A prologue never raises; on any input it returns True or False. Types are checked before any
+attribute is read, lengths before tuples are unpacked, and guards run in dependency order: each
+as soon as the sizes it reads are computed, and a division's divisor is guarded nonzero before
+the size it defines is computed (`k != 0` before `i2 = 8 // k`). Constants are compared by type
+and value and written as literals, never by an object's repr (an IntEnum member is checked as its
+type, then as the int it equals; a NaN equals a NaN; floats compare by bits). What each guard
+proves for the kernels is listed in `triton_exec.vectorize`.
 """
 from __future__ import annotations
 

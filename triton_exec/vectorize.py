@@ -9,6 +9,35 @@ generator walks each access path from the output index to a load, folding what i
 Example (fp32, V <= 4): `F.pad(x, (2, 2))` of a [64] tensor: the load path meets the pad
 boundaries 2 and 66, so V = gcd(4, 64, 2, 66) = 2 (8-byte loads); the [68] output store gets
 gcd(4, 68) = 4.
+
+Soundness: a cache entry's kernels run on every input its prologue accepts, so each fact a width
+rests on is proved, per call, by a guard of the prologue or by Triton's own specialization:
+
+- Lanes contiguous. The innermost stride is 1: guarded (`x_strides[-1] == 1`) for arguments;
+  inputs made by torch in the computation are made contiguous by the launcher. Inner dims merged
+  into one (`merge.py`) are the tensor only where the strides compose: guarded exactly,
+  `x_strides[d] == x_strides[-1] * P` for each merged dim of size > 1 (a size-1 dim is never
+  indexed). A step slice, broadcast, permute or reshape across the innermost dim gives V = 1.
+- Address aligned. Base pointers: 16 bytes, guarded (`x.data_ptr() % 16 == 0`) and specialized
+  by Triton's launch; an entry narrowed by a misaligned pointer guards the opposite, so an aligned
+  input never hits it (it compiles its own, wide entry). Outer strides: divisible by their
+  power-of-two divisor (guarded), passed divided by it (`x_stride0_div4`) and multiplied back by
+  a constant, which is what Triton can prove. Outputs: allocated contiguous by the launcher.
+- Mask constant over V lanes. Every boundary met (pad widths, slice starts and stops, cat
+  offsets, extents) is a multiple of V: a constant of the trace in "constant values" mode (the
+  prologue checks every size and value exactly); in "symbolic values" mode a runtime size whose
+  divisibility is guarded and that arrives as `n_div8`, multiplied back in the kernel.
+- Ranges of values scaled back and int32 logical indices: the innermost extent is guarded below
+  2**30 and every shape of the group below 2**31 elements where it is not constant; offsets are
+  int64 products.
+- The values read are the tensor's. A view with the negative bit (`z.conj().imag`) is resolved by a
+  torch op of the trace before any kernel sees it, and the bit is guarded either way; the
+  conjugate bit exists only on complex tensors, which are refused. Tuple items are paired with
+  their proxies by position, so each access is analysed on its own input's layout.
+
+With IR_CHECK_GUARDS=1 (as in the tests) every call also runs the whole prologue of the entry it
+used, the building call included; tests/test_soundness.py checks each width of every cache hit
+by arithmetic on the call's pointers and strides.
 """
 from __future__ import annotations
 
