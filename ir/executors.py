@@ -145,7 +145,17 @@ def _elementwise_src(eqn):
     return f"torch.{name}({', '.join(render(a) for a in args)})"
 
 
+def _copy_src(eqn):
+    x = eqn.args[0].name
+    if eqn.params["may_alias"]:
+        return f"{x}.contiguous()"
+    if eqn.params["memory_format"] == "contiguous":
+        return f"{x}.clone(memory_format=torch.contiguous_format)"
+    return f"{x}.clone()"
+
+
 TORCH_RENDER = {
+    "copy": _copy_src,
     "convert_element_type": lambda e: f"{e.args[0].name}.to({render(e.params['dtype'])})",
     "broadcast_in_dim": _broadcast_src,
     "slice": _slice_src,

@@ -126,6 +126,7 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device,
                             value.requires_grad and grad_mode, value.is_neg())
+        ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
             return proxy

@@ -45,27 +45,36 @@ def _hashable(x):
 
 def cse(trace: Trace) -> Trace:
     """Replaces an equation that repeats an earlier one (same prim, args and params) by the
-    earlier outputs. Example: two `x.shape` queries become one. Opaque symbols are left alone."""
+    earlier outputs. Example: two `x.shape` queries become one. Opaque symbols and copies are
+    left alone, and so is a repeat that would make two distinct outputs one tensor
+    (`return x * 2, x * 2` returns two tensors, as in eager)."""
     env: dict[int, Var] = {}
     seen: dict[tuple, Eqn] = {}
     eqns = []
+    outputs = {id(v) for v in iter_vars(trace.outputs)}
+    returned: set[int] = set()      # values that an output of the trace already stands for
 
     def sub(v):
         return env.get(id(v), v)
 
     for eqn in trace.eqns:
         eqn = eqn.replace(args=map_vars(sub, eqn.args), params=map_vars(sub, eqn.params))
-        if eqn.prim.kind == "opaque":
+        if eqn.prim.kind == "opaque" or eqn.prim.name == "copy":
             eqns.append(eqn)
             continue
         key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params))
         first = seen.get(key)
-        if first is None:
-            seen[key] = eqn
+        distinct = first is not None and any(
+            id(old) in outputs and id(new) in returned for old, new in zip(eqn.outs, first.outs))
+        if first is None or distinct:
+            seen.setdefault(key, eqn)
             eqns.append(eqn)
+            returned.update(id(v) for v in eqn.outs if id(v) in outputs)
             continue
         for old, new in zip(eqn.outs, first.outs):
             env[id(old)] = new
+            if id(old) in outputs:
+                returned.add(id(new))
     return trace.replace(eqns=tuple(eqns), outputs=map_vars(sub, trace.outputs),
                          provenance="Common-subexpression elimination")
 

@@ -97,6 +97,9 @@ where = define("where", "elementwise", lambda c, a, b: _same(
     next(x for x in (a, b, c) if isinstance(x, TensorProxy)),
     dtype=_first_tensor(a, b).dtype if _first_tensor(a, b) is not None else None))
 full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
+# A copy into new memory (clone, cat of one tensor, zero pad, ...); `may_alias`: eager may
+# return the input itself (`.contiguous()` of a contiguous tensor).
+copy = define("copy", "elementwise", lambda t, *, memory_format, may_alias: _same(t))
 reshape = define("reshape", "tensor", lambda t, shape: _same(t, shape=shape))
 permute = define("permute", "tensor", lambda t, *, perm: _same(t, shape=[t.shape[p] for p in perm]))
 

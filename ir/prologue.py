@@ -35,6 +35,7 @@ GUARD_SOURCE = {
     "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
     "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
+    "contiguous": "{a}.is_contiguous() == {b}",
 }
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ir import prims
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.tracing import bind, opaque, specialize
+from ir.tracing import bind, current, opaque, specialize
 
 HANDLERS: dict = {}
 METHODS: dict = {}
@@ -289,9 +289,22 @@ for _m, _dt in _DTYPE_METHODS.items():
     METHODS[_m] = (lambda dt: lambda x, memory_format=None: convert(x, dt))(_dt)
 
 
+_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+
+
+def copy(x, memory_format=torch.preserve_format, may_alias=False):
+    """New memory holding x (eager's clone, cat of one tensor, zero pad, ...); with may_alias,
+    eager's `.contiguous()`: the input itself where it is contiguous already."""
+    fmt = "contiguous" if memory_format is torch.contiguous_format else "preserve"
+    return bind(prims.copy, x, memory_format=fmt, may_alias=may_alias)
+
+
 @register(torch.Tensor.to, methods=("to",))
 def to(x, *args, **kwargs):
     dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    flags = [a for a in args if isinstance(a, bool)]       # non_blocking, copy
+    copy_ = kwargs.get("copy", flags[1] if len(flags) > 1 else False)
+    memory_format = kwargs.get("memory_format")
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
@@ -299,9 +312,17 @@ def to(x, *args, **kwargs):
             dtype, device = a.dtype, a.device
         elif isinstance(a, (str, torch.device)):
             device = a
-    if device is not None and torch.device(device) != x.device:
+    if (device is not None and torch.device(device) != x.device) or memory_format not in _FORMATS:
         return opaque(torch.Tensor.to, (x, *args), kwargs)
-    return convert(x, dtype) if dtype is not None else x
+    if dtype is not None and dtype != x.dtype:
+        result = convert(x, dtype)
+    elif copy_:
+        return copy(x, memory_format or torch.preserve_format)
+    else:
+        result = x
+    if memory_format is torch.contiguous_format:
+        return copy(result, memory_format, may_alias=True)
+    return result
 
 
 @register(torch.Tensor.type_as, methods=("type_as",))
@@ -310,8 +331,17 @@ def type_as(input, other):
 
 
 @register(torch.Tensor.contiguous, methods=("contiguous",))
-def contiguous(x, memory_format=None):
-    return x
+def contiguous(x, memory_format=torch.contiguous_format):
+    if memory_format not in _FORMATS[1:]:
+        return opaque(torch.Tensor.contiguous, (x,), {"memory_format": memory_format})
+    return copy(x, torch.contiguous_format, may_alias=True)
+
+
+@register(torch.clone, torch.Tensor.clone, methods=("clone",))
+def clone(input, *, memory_format=torch.preserve_format):
+    if memory_format not in _FORMATS:
+        return opaque(torch.clone, (input,), {"memory_format": memory_format})
+    return copy(input, memory_format or torch.preserve_format)
 
 
 # ---- shape queries -------------------------------------------------------------------------
@@ -328,7 +358,52 @@ def _sizes(args):
     return tuple(args)
 
 
-@register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view, methods=("reshape", "view"))
+@register(torch.Tensor.view, methods=("view",))
+def view(x, *shape, size=None):
+    """reshape, where eager's view of x's layout exists: its error (a view across non-mergeable
+    strides) otherwise, checked on a meta tensor laid out as x is (`layout_meta`)."""
+    shape = _sizes(shape) if size is None else tuple(size)
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+        return opaque(torch.Tensor.view, (x, shape[0]), {})
+    layout_meta(x).view([hint(s) for s in shape])
+    return reshape(x, *shape)
+
+
+def layout_meta(x) -> torch.Tensor:
+    """A meta tensor with the strides eager gives x: an input's own (guarded: contiguity, and the
+    strides of a non-contiguous input), views of it derived through the view prims that made x,
+    contiguous for anything computed."""
+    ctx = current()
+    sizes = [hint(s) for s in x.shape]
+    if id(x) in ctx.input_layouts:
+        strides, is_contiguous = ctx.input_layouts[id(x)]
+        ctx.add_guard(("contiguous", x, is_contiguous))
+        if not is_contiguous:
+            for d, stride in enumerate(strides):
+                ctx.add_guard(("stride_eq", x, (d, stride)))
+        return torch.empty_strided(sizes, strides, dtype=x.dtype, device="meta")
+    eqn = next((e for e in reversed(ctx.eqns) if any(o is x for o in e.outs)), None)
+    if eqn is None or eqn.prim.name not in ("slice", "reshape", "permute", "broadcast_in_dim"):
+        return torch.empty(sizes, dtype=x.dtype, device="meta")
+    base = layout_meta(eqn.args[0])
+    if eqn.prim is prims.slice_:
+        _, starts, stops, steps = eqn.args
+        return base[tuple(slice(hint(a), hint(b), c) for a, b, c in zip(starts, stops, steps))]
+    if eqn.prim is prims.permute:
+        return base.permute(eqn.params["perm"])
+    if eqn.prim is prims.reshape:
+        try:
+            return base.view(sizes)
+        except RuntimeError:        # eager's reshape copies: contiguous
+            return torch.empty(sizes, dtype=x.dtype, device="meta")
+    dims, strides = eqn.params["dims"], [0] * len(sizes)
+    for j, d in enumerate(dims):
+        if base.shape[j] == sizes[d]:
+            strides[d] = base.stride(j)
+    return base.as_strided(sizes, strides, base.storage_offset())
+
+
+@register(torch.reshape, torch.Tensor.reshape, methods=("reshape",))
 def reshape(input, *sizes, shape=None):
     shape = _sizes(sizes) if shape is None else tuple(shape)
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
@@ -350,9 +425,14 @@ def reshape(input, *sizes, shape=None):
     return bind(prims.reshape, input, shape)
 
 
-@register(torch.Tensor.view_as, torch.Tensor.reshape_as, methods=("view_as", "reshape_as"))
+@register(torch.Tensor.reshape_as, methods=("reshape_as",))
 def reshape_as(x, other):
     return reshape(x, other.shape)
+
+
+@register(torch.Tensor.view_as, methods=("view_as",))
+def view_as(x, other):
+    return view(x, other.shape)
 
 
 @register(torch.flatten, torch.Tensor.flatten, methods=("flatten",))
@@ -400,8 +480,8 @@ def transpose(input, dim0, dim1):
     return permute(input, perm)
 
 
-@register(torch.Tensor.t, methods=("t",))
-def t(x):
+@register(torch.Tensor.t, torch.t, methods=("t",))
+def t(x):      # x.ndim <= 2: eager's check ran first (`tracing.eager_checks`)
     return transpose(x, 0, 1) if x.ndim == 2 else x
 
 
@@ -523,10 +603,10 @@ def cat(tensors, dim=0):
         for i in range(ndim):
             if i != d and t.shape[i] is not tensors[0].shape[i] and t.shape[i] != tensors[0].shape[i]:
                 raise RuntimeError(f"torch.cat(): sizes of dim {i} differ")
-    tensors = [convert(t, dtype) for t in tensors]
-    if len(tensors) == 1:
-        return tensors[0]
-    return bind(prims.cat, tuple(tensors), dim=d)
+    pieces = [convert(t, dtype) for t in tensors]
+    if len(pieces) == 1:        # new memory, as eager's cat returns, even of one tensor
+        return pieces[0] if pieces[0] is not tensors[0] else copy(pieces[0], torch.contiguous_format)
+    return bind(prims.cat, tuple(pieces), dim=d)
 
 
 @register(torch.stack)
@@ -551,7 +631,7 @@ def pad(input, pad, mode="constant", value=None):
     value = stored_scalar(0 if value is None else value, input.dtype,
                           lambda: torch.constant_pad_nd(_one(input.dtype), (0, 0), value or 0))
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
-        return input
+        return copy(input)      # eager's zero pad is a clone
     return bind(prims.pad, input, tuple(config), value=value)
 
 

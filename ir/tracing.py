@@ -14,6 +14,7 @@ import linecache
 import os
 import re
 import sys
+import inspect
 
 import torch
 from torch.utils import _pytree as pytree
@@ -53,6 +54,7 @@ class TraceContext:
             yield
         finally:
             self.ops.pop()
+    input_layouts: dict = dataclasses.field(default_factory=dict)   # id(input) -> (strides, contiguous)
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -323,12 +325,70 @@ def specialize(x):
 
 # ---- dispatch -----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _inplace_parameter(func):
+    """The position of func's `inplace` parameter (F.relu, F.dropout, ...), or None."""
+    try:
+        names = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("inplace") if "inplace" in names else None
+
+
+def refuse_in_place(func, args, kwargs) -> None:
+    """In-place variants are refused, never traced as their out-of-place op (which would leave the
+    tensor eager mutates unchanged): `inplace=True` (by keyword or position), `out=`, and the
+    trailing-underscore functions and methods (see `opaque`)."""
+    name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+    if kwargs.get("out") is not None:
+        raise NotImplementedError(f"ir.jit: {name}(..., out=...) writes into its out tensor in "
+                                  "place, which ir.jit does not support; use the returned value")
+    at = _inplace_parameter(func)
+    inplace = kwargs.get("inplace", args[at] if at is not None and at < len(args) else False)
+    if inplace is True:
+        raise NotImplementedError(f"ir.jit: {name}(..., inplace=True) mutates its input, which "
+                                  "ir.jit does not support; pass inplace=False and use the result")
+
+
+_NOT_CHECKED = frozenset({"to", "size", "type_as", "float", "half", "bfloat16", "double", "int",
+                          "long", "bool", "view"})
+
+
+def _hint_meta(x):
+    """x with meta tensors for proxies and hints for sizes, inside tuples, lists and slices."""
+    if isinstance(x, TensorProxy):
+        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+    if isinstance(x, IntProxy):
+        return x.hint
+    if isinstance(x, (tuple, list)):
+        return type(x)(_hint_meta(i) for i in x)
+    if isinstance(x, slice):
+        return slice(_hint_meta(x.start), _hint_meta(x.stop), _hint_meta(x.step))
+    return x
+
+
+def eager_checks(func, args, kwargs) -> None:
+    """Runs func on meta tensors of the proxies' shapes (sizes at their hints, nothing guarded),
+    so a call eager refuses (`x.t()` of a 3-d tensor, `narrow` past the end, clamp without
+    bounds, ...) raises eager's own exception while tracing."""
+    if func is None or getattr(func, "__name__", "") in _NOT_CHECKED:
+        return
+    if not any(isinstance(x, TensorProxy) for x in pytree.tree_flatten((args, kwargs))[0]):
+        return
+    try:
+        func(*_hint_meta(args), **{k: _hint_meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        pass        # no meta kernel: the decomposition checks what it needs
+
+
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
+    refuse_in_place(func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
         if handler is None:
             return opaque(func, args, kwargs)
+        eager_checks(func, args, kwargs)
         return handler(*args, **kwargs)
 
 
@@ -338,11 +398,15 @@ def call_method(name: str, self, args):
     with current().op(f"Tensor.{name}"):
         if handler is None:     # an operator the tracer does not model, e.g. `@`
             return opaque(getattr(torch.Tensor, name), (self, *args), {})
+        eager_checks(getattr(torch.Tensor, name, None), (self, *args), {})
         return handler(self, *args)
 
 
 def _method_call(name, handler, self, *args, **kwargs):
     with current().op(f"Tensor.{name}"):
+        method = getattr(torch.Tensor, name, None)
+        refuse_in_place(method, (self, *args), kwargs)
+        eager_checks(method, (self, *args), kwargs)
         return handler(self, *args, **kwargs)
 
 
@@ -386,11 +450,14 @@ def opaque(fn, args, kwargs):
     devices = [x.device for x in flat if isinstance(x, TensorProxy)]
     devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
     meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
+    refuse_in_place(fn, args, kwargs)
     try:
         result = fn(*meta_args, **meta_kwargs)
-    except Exception as e:
-        raise NotImplementedError(
-            f"ir.jit cannot trace {name}: running it on meta tensors failed ({e})") from e
+    except (IndexError, ValueError, TypeError, RuntimeError) as e:
+        if isinstance(e, NotImplementedError) or "meta" in str(e):
+            raise NotImplementedError(
+                f"ir.jit cannot trace {name}: running it on meta tensors failed ({e})") from e
+        raise       # what eager raises for these arguments
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     if not all(isinstance(r, torch.Tensor) for r in results):
         raise NotImplementedError(

@@ -548,7 +548,12 @@ def _reshape(w, eqn, idx, mask, path):
     return w.value(t, _delinear(w, flat, t.shape), mask, path.broken())
 
 
-LOWERING = {"convert_element_type": _convert, "where": _where, "full": _full, "slice": _slice,
+def _copy(w, eqn, idx, mask, path):
+    """A copy is the value itself: the kernel's store is the new memory."""
+    return w.value(eqn.args[0], idx, mask, path)
+
+
+LOWERING = {"copy": _copy, "convert_element_type": _convert, "where": _where, "full": _full, "slice": _slice,
             "pad": _pad, "cat": _cat, "broadcast_in_dim": _broadcast, "permute": _permute,
             "reshape": _reshape}
 for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:

@@ -109,9 +109,14 @@ def partition(trace) -> list[list[int]]:
         groups_of[i] = roots
         for root in roots:
             groups[root].append(i)
-    kept = [sorted(g) for g in groups.values()
-            if not all(trace.eqns[i].prim.name in VIEWS for i in g)]
+    kept = [sorted(g) for g in groups.values() if not all(_free(trace.eqns[i]) for i in g)]
     return merge_siblings(trace, sorted(kept, key=lambda g: g[-1]), consumers)
+
+
+def _free(eqn) -> bool:
+    """Views, and `.contiguous()` (a copy only where its input is not contiguous): a group of
+    these alone is left to torch, which returns the view, or the input itself as eager does."""
+    return eqn.prim.name in VIEWS or (eqn.prim.name == "copy" and eqn.params["may_alias"])
 
 
 def _ancestors(trace) -> list[set]:
