@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import math
 import os
 import re
 import threading
@@ -187,7 +188,7 @@ def _check_outputs(x):
 
 def compile_trace(trace: Trace):
     """Python function from the source of a fully claimed trace."""
-    ns = {"torch": torch}
+    ns = {"torch": torch, "math": math}
     for eqn in trace.eqns:
         if eqn.executor is not None:
             ns.update(eqn.executor.namespace(eqn))

@@ -7,11 +7,13 @@ the Python that runs them; tensor prims are run by an executor.
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 from typing import Callable
 
 import torch
 
-from ir.proxies import IntProxy, TensorProxy
+from ir.proxies import IntProxy, TensorProxy, hint
 from ir.trace import render
 
 PRIMS: dict[str, "Prim"] = {}
@@ -43,21 +45,32 @@ def define(name, kind, meta, render_rhs=None) -> Prim:
 
 # ---- host prims ----------------------------------------------------------------------------
 
-SCALAR_OPS = {"add": ("+", lambda a, b: a + b), "sub": ("-", lambda a, b: a - b),
-              "mul": ("*", lambda a, b: a * b), "floordiv": ("//", lambda a, b: a // b),
-              "mod": ("%", lambda a, b: a % b)}
+SCALAR_OPS = {"add": ("+", operator.add), "sub": ("-", operator.sub), "mul": ("*", operator.mul),
+              "truediv": ("/", operator.truediv), "floordiv": ("//", operator.floordiv),
+              "mod": ("%", operator.mod), "pow": ("**", operator.pow), "and": ("&", operator.and_),
+              "or": ("|", operator.or_), "xor": ("^", operator.xor),
+              "lshift": ("<<", operator.lshift), "rshift": (">>", operator.rshift)}
+SCALAR_UNARY = {"neg": ("-{}", operator.neg), "abs": ("abs({})", abs),
+                "invert": ("~{}", operator.invert), "floor": ("math.floor({})", math.floor),
+                "ceil": ("math.ceil({})", math.ceil), "trunc": ("math.trunc({})", math.trunc),
+                "round": ("round({})", round)}
 
 shape = define("shape", "host", lambda t: [int(s) if not isinstance(s, IntProxy) else s.hint
                                            for s in t.shape],
                lambda eqn: f"{eqn.args[0].name}.shape" + ("[0]" if len(eqn.outs) == 1 else ""))
 
+
+def _operand(x) -> str:
+    source = render(x)
+    return f"({source})" if source.startswith("-") else source
+
+
 for _op, (_sym, _fn) in SCALAR_OPS.items():
-    define("int_" + _op, "host", lambda a, b, _fn=_fn: [_fn(_hint(a), _hint(b))],
-           lambda eqn, _sym=_sym: f"{render(eqn.args[0])} {_sym} {render(eqn.args[1])}")
-
-
-def _hint(x):
-    return x.hint if isinstance(x, IntProxy) else x
+    define("scalar_" + _op, "host", lambda a, b, _fn=_fn: [_fn(hint(a), hint(b))],
+           lambda eqn, _sym=_sym: f"{_operand(eqn.args[0])} {_sym} {_operand(eqn.args[1])}")
+for _op, (_template, _fn) in SCALAR_UNARY.items():
+    define("scalar_" + _op, "host", lambda a, _fn=_fn: [_fn(hint(a))],
+           lambda eqn, _template=_template: _template.format(_operand(eqn.args[0])))
 
 
 # ---- tensor prims --------------------------------------------------------------------------

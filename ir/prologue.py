@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from ir.proxies import IntProxy, TensorProxy, Var
+from ir.proxies import IntProxy, ScalarProxy, TensorProxy, Var
 from ir.trace import iter_vars, render, render_eqn
 
 GUARD_SOURCE = {
@@ -166,7 +166,7 @@ def _guards_in_order(guards, eqns, input_vars) -> list[str]:
 
     def check_ready():
         ready = [g for g in pending if all(id(v) in available for v in iter_vars(g[1:])
-                                           if isinstance(v, IntProxy))]
+                                           if isinstance(v, ScalarProxy))]
         if ready:
             lines.append("if not (" + "\n      and ".join(render_guard(g) for g in ready)
                          + "): return False")
@@ -185,7 +185,7 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = 
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
     host equations, replayed here where a guard needs a derived size; grad_mode: whether the
     entry was compiled with grad mode on (the cache key holds it too)."""
-    ns = {"torch": torch, "Tensor": torch.Tensor, "copysign": math.copysign}
+    ns = {"torch": torch, "math": math, "Tensor": torch.Tensor, "copysign": math.copysign}
     checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
                             "return False", None)]
     for name, value in inputs:

@@ -3,8 +3,9 @@
 A `TensorProxy` carries metadata only (shape, dtype, device); every torch call on it reaches the
 tracer through `__torch_function__` or a method of the proxy. An `IntProxy` is a symbolic integer
 (a size, or an int argument in "symbolic values" mode) with a hint: its value in the call being
-traced. Arithmetic on it records host prims; Python control flow on it specializes on the hint and
-records a guard that the prologue checks.
+traced; a `FloatProxy` a float the host computes from them. Arithmetic on them records host
+prims; Python control flow on them specializes on the hint and records a guard that the prologue
+checks.
 """
 from __future__ import annotations
 
@@ -36,36 +37,28 @@ class Var:
         return self.name
 
 
-def _other_hint(x):
-    return x.hint if isinstance(x, IntProxy) else x
-
-
-class IntProxy(Var, torch.SymInt):
-    """A symbolic integer; `hint` is its value in the traced call.
-
-    It derives from `torch.SymInt` only so that PyTorch's argument parser accepts it where a
-    number goes (`torch.where(c, x, n)`, `torch.full_like(x, n)`), which lets the call reach
-    the tracer; it has none of SymInt's machinery (see `_refuse_symint_methods`)."""
+class ScalarProxy(Var):
+    """A symbolic number; `hint` is its value in the traced call. Python's number protocol on it
+    records host prims (`i0 // 2`, `i0 ** -0.5` computed by the host at run time), comparisons
+    answer from the hint and guard the answer, and forcing a value (`int()`, `float()`, `bool()`)
+    guards it."""
 
     __slots__ = ("hint",)
 
-    def __init__(self, name: str, hint: int):
+    def __init__(self, name: str, hint):
         self.name = name
         self.hint = hint
 
-    # Arithmetic records a host prim (constant-folded where it can be).
-    def __add__(self, o): return active_trace().scalar_op("add", self, o)
-    def __radd__(self, o): return active_trace().scalar_op("add", o, self)
-    def __sub__(self, o): return active_trace().scalar_op("sub", self, o)
-    def __rsub__(self, o): return active_trace().scalar_op("sub", o, self)
-    def __mul__(self, o): return active_trace().scalar_op("mul", self, o)
-    def __rmul__(self, o): return active_trace().scalar_op("mul", o, self)
-    def __floordiv__(self, o): return active_trace().scalar_op("floordiv", self, o)
-    def __rfloordiv__(self, o): return active_trace().scalar_op("floordiv", o, self)
-    def __mod__(self, o): return active_trace().scalar_op("mod", self, o)
-    def __rmod__(self, o): return active_trace().scalar_op("mod", o, self)
-    def __neg__(self): return active_trace().scalar_op("sub", 0, self)
     def __pos__(self): return self
+    def __neg__(self): return active_trace().scalar_unary("neg", self)
+    def __abs__(self): return active_trace().scalar_unary("abs", self)
+
+    def __pow__(self, o, modulo=None):
+        power = active_trace().scalar_op("pow", self, o)
+        return power if modulo is None else power % modulo
+
+    def __divmod__(self, o): return self // o, self % o
+    def __rdivmod__(self, o): return o // self, o % self
 
     # Comparisons specialize: they answer from the hint and guard the answer.
     def __eq__(self, o): return active_trace().compare("eq", self, o)
@@ -78,32 +71,90 @@ class IntProxy(Var, torch.SymInt):
 
     def __bool__(self): return active_trace().compare("ne", self, 0)
 
+    def __float__(self) -> float:
+        active_trace().compare("eq", self, self.hint)
+        return float(self.hint)
+
+
+def _binary_op(op):
+    def forward(self, o):
+        return active_trace().scalar_op(op, self, o)
+
+    def reverse(self, o):
+        return active_trace().scalar_op(op, o, self)
+    return forward, reverse
+
+
+# Arithmetic records a host prim (constant-folded where it can be); the result is an IntProxy or
+# a FloatProxy as Python's own result on the hints is an int or a float.
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "and", "or", "xor", "lshift",
+            "rshift"):
+    _forward, _reverse = _binary_op(_op)
+    setattr(ScalarProxy, f"__{_op}__", _forward)
+    setattr(ScalarProxy, f"__r{_op}__", _reverse)
+ScalarProxy.__rpow__ = _binary_op("pow")[1]
+
+
+class IntProxy(ScalarProxy, torch.SymInt):
+    """A symbolic integer: a size, or an int argument in "symbolic values" mode.
+
+    It derives from `torch.SymInt` only so that PyTorch's argument parser accepts it where a
+    number goes (`torch.where(c, x, n)`, `torch.full_like(x, n)`), which lets the call reach
+    the tracer; it has none of SymInt's machinery (see `_refuse_sym_methods`)."""
+
+    __slots__ = ()
+
+    def __invert__(self): return active_trace().scalar_unary("invert", self)
+
     def __index__(self) -> int:
         active_trace().compare("eq", self, self.hint)
         return self.hint
 
     __int__ = __index__
 
-    def __truediv__(self, o):
-        return self.__index__() / _other_hint(o)
+    def __trunc__(self): return self
+    __floor__ = __ceil__ = __trunc__
+
+    def __round__(self, ndigits=None):
+        return self if ndigits is None or ndigits >= 0 else round(self.__index__(), ndigits)
 
 
-def _refuse_symint_methods():
-    """SymInt's methods that IntProxy does not define work on a `node` it has not: refuse them
-    with a clear error instead."""
+class FloatProxy(ScalarProxy, torch.SymFloat):
+    """A symbolic float computed on the host from sizes or int arguments (`n ** -0.5`); derives
+    from `torch.SymFloat` for the same reason IntProxy derives from SymInt."""
+
+    __slots__ = ()
+
+    def __int__(self) -> int:
+        return self.__trunc__().__index__()     # guards the int, not the float it came from
+
+    def __trunc__(self): return active_trace().scalar_unary("trunc", self)
+    def __floor__(self): return active_trace().scalar_unary("floor", self)
+    def __ceil__(self): return active_trace().scalar_unary("ceil", self)
+
+    def __round__(self, ndigits=None):
+        if ndigits is None:
+            return active_trace().scalar_unary("round", self)
+        return round(self.__float__(), ndigits)
+
+
+def _refuse_sym_methods(cls, base):
+    """The methods of `base` (SymInt, SymFloat) that cls does not define work on a `node` it has
+    not: refuse them with a clear error instead."""
     def refuse(name):
         def method(self, *args):
-            raise TypeError(f"{name} is not supported on the traced integer {self.name}")
+            raise TypeError(f"{name} is not supported on the traced number {self.name}")
         method.__name__ = name
         return method
 
-    own = {k for c in IntProxy.__mro__ if c is not torch.SymInt for k in vars(c)}
-    for name, value in vars(torch.SymInt).items():
+    own = {k for c in cls.__mro__ if c is not base for k in vars(c)}
+    for name, value in vars(base).items():
         if callable(value) and name not in own and name not in ("__init__", "__init_subclass__"):
-            setattr(IntProxy, name, refuse(name))
+            setattr(cls, name, refuse(name))
 
 
-_refuse_symint_methods()
+_refuse_sym_methods(IntProxy, torch.SymInt)
+_refuse_sym_methods(FloatProxy, torch.SymFloat)
 
 
 COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt,
@@ -112,8 +163,8 @@ NEGATED = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le
 
 
 def hint(x):
-    """The concrete value of an int or IntProxy."""
-    return x.hint if isinstance(x, IntProxy) else x
+    """The concrete value of a number or ScalarProxy."""
+    return x.hint if isinstance(x, ScalarProxy) else x
 
 
 def same_size(a, b) -> bool:

@@ -13,6 +13,7 @@ Nothing here runs on a hit: it is built on the first miss that needs it.
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -60,6 +61,12 @@ def _value_mismatches(name, traced, value, constant):
         kind = type(traced.hint)
         if type(value) is not kind:
             yield f"{name}: expected {kind.__name__}, got {type(value).__name__}"
+    elif isinstance(traced, dict):      # **kwargs
+        if not isinstance(value, dict) or tuple(value) != tuple(traced):
+            yield f"{name}: expected the keywords {tuple(traced)}, got {_describe(value)}"
+            return
+        for k, t in traced.items():
+            yield from _value_mismatches(f"{name}[{k!r}]", t, value[k], constant)
     elif isinstance(traced, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(traced):
             yield f"{name}: expected a tuple or list of {len(traced)}, got {_describe(value)}"
@@ -75,6 +82,8 @@ def _value_mismatches(name, traced, value, constant):
 def _describe(value) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
+    if isinstance(value, dict):
+        return f"the keywords {tuple(value)}"
     return type(value).__name__
 
 
@@ -113,7 +122,7 @@ class GuardChecker:
         lines.append("return None, None")
         params = ", ".join(name for name, _ in inputs)
         source = f"def check({params}):\n" + "\n".join("  " + line for line in lines)
-        ns = {"torch": torch}
+        ns = {"torch": torch, "math": math}
         exec(compile(source, "<guard check>", "exec"), ns)
         self.check, self.guards, self.origins = ns["check"], guards, size_origins(entry)
 
@@ -140,11 +149,12 @@ def _var(guard, name):
 
 
 def _unpack(name, value) -> list[str]:
+    source = f"{name}.values()" if isinstance(value, dict) else name
+    value = tuple(value.values()) if isinstance(value, dict) else value
     if not isinstance(value, tuple):
         return []
-    targets = [item.name if isinstance(item, Var) else f"{name}_{i}"
-               for i, item in enumerate(value)]
-    return [f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {name}"]
+    targets = [item.name if isinstance(item, Var) else "_" for item in value]
+    return [f"({', '.join(targets)}{',' if len(targets) == 1 else ''}) = {source}"]
 
 
 def entry_failures(entry, args, constant: bool) -> list[str]:

@@ -20,8 +20,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import prims
-from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, IntProxy, TensorProxy, Var,
-                        active_trace, hint)
+from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, FloatProxy, IntProxy, ScalarProxy,
+                        TensorProxy, Var, active_trace, hint)
 from ir.trace import Eqn
 
 
@@ -30,7 +30,7 @@ class TraceContext:
     symbolic: bool
     eqns: list = dataclasses.field(default_factory=list)
     guards: dict = dataclasses.field(default_factory=dict)   # guard_key -> (op, a, b), ordered
-    counters: dict = dataclasses.field(default_factory=lambda: {"t": 0, "i": 0})
+    counters: dict = dataclasses.field(default_factory=lambda: {"t": 0, "i": 0, "f": 0})
     aliases: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> equal value
     definitions: dict = dataclasses.field(default_factory=dict)  # id(IntProxy) -> (op, a, b)
     scalar_results: dict = dataclasses.field(default_factory=dict)  # (op, a, b) -> IntProxy
@@ -94,6 +94,9 @@ class TraceContext:
     # What proxies ask of the active trace (through `ir.proxies.active_trace()`).
     def scalar_op(self, op: str, a, b):
         return scalar_op(op, a, b)
+
+    def scalar_unary(self, op: str, a):
+        return scalar_unary(op, a)
 
     def compare(self, op: str, a, b) -> bool:
         return compare(op, a, b)
@@ -169,6 +172,16 @@ def new_int(value: int) -> IntProxy:
     return IntProxy(current().new_name("i"), value)
 
 
+def new_scalar(value) -> ScalarProxy:
+    """An IntProxy or a FloatProxy holding `value` as its hint."""
+    if isinstance(value, int):
+        return new_int(int(value))
+    if isinstance(value, float):
+        return FloatProxy(current().new_name("f"), value)
+    raise TypeError(f"ir.jit: a traced size computation gave {type(value).__name__} {value!r}; "
+                    "only int and float results are supported")
+
+
 def bind(prim, *args, **params):
     """Records `prim(*args, **params)` and returns its output proxy (or proxies)."""
     metas = prim.meta(*args, **params)
@@ -188,7 +201,7 @@ _IDENTITIES = {"add": (0, 0), "sub": (None, 0), "mul": (1, 1), "floordiv": (None
 
 
 def _identity(x):
-    return ("var", id(x)) if isinstance(x, IntProxy) else ("int", x)
+    return ("var", id(x)) if isinstance(x, ScalarProxy) else (type(x).__name__, x)
 
 
 def _undo(op: str, a, b, definitions):
@@ -209,16 +222,41 @@ def _undo(op: str, a, b, definitions):
 
 
 def scalar_op(op: str, a, b):
-    """a <op> b on ints or IntProxies: folds constants, identities and repeats, else records a
-    host prim."""
-    if not isinstance(a, (int, IntProxy)) or not isinstance(b, (int, IntProxy)):
+    """a <op> b on numbers or ScalarProxies, as Python computes it: folds constants, integer
+    identities and repeats, else records a host prim whose output is an IntProxy or a FloatProxy
+    as the result on the hints is an int or a float (`i0 * 0.5`, `i0 ** -1` are floats)."""
+    if not isinstance(a, _NUMBERS) or not isinstance(b, _NUMBERS):
         return NotImplemented
     a, b = canonical(a), canonical(b)
     fn = prims.SCALAR_OPS[op][1]
-    if op in ("floordiv", "mod") and isinstance(b, IntProxy):
+    if op in ("truediv", "floordiv", "mod") and isinstance(b, ScalarProxy):
         compare("ne", b, 0)     # the value is defined: the prologue checks this before it
-    if not isinstance(a, IntProxy) and not isinstance(b, IntProxy):
+    if op == "pow" and isinstance(b, IntProxy):
+        compare("ge", b, 0)     # int ** int is an int exactly when the exponent is >= 0
+    if not isinstance(a, ScalarProxy) and not isinstance(b, ScalarProxy):
         return fn(a, b)
+    ctx = current()
+    if all(isinstance(x, (int, IntProxy)) for x in (a, b)):
+        folded = _fold_int(op, a, b, ctx)
+        if folded is not None:
+            return folded
+    key = (op, _identity(a), _identity(b))
+    if key in ctx.scalar_results:
+        return ctx.scalar_results[key]
+    out = new_scalar(fn(hint(a), hint(b)))
+    record(prims.PRIMS["scalar_" + op], (a, b), {}, (out,))
+    if isinstance(out, IntProxy):
+        ctx.definitions[id(out)] = (op, a, b)
+    ctx.scalar_results[key] = out
+    return out
+
+
+_NUMBERS = (int, float, ScalarProxy)
+
+
+def _fold_int(op: str, a, b, ctx):
+    """a <op> b on ints and IntProxies without a new prim (x + 0, x * 1, x - x, (x - y) + y,
+    ...), or None."""
     left_id, right_id = _IDENTITIES.get(op, (None, None))
     if right_id is not None and not isinstance(b, IntProxy) and b == right_id:
         return a
@@ -228,41 +266,47 @@ def scalar_op(op: str, a, b):
         return 0
     if op == "sub" and a is b:
         return 0
+    return _undo(op, a, b, ctx.definitions)
+
+
+def scalar_unary(op: str, a):
+    """<op> a (neg, abs, invert, floor, ceil, trunc, round) on a ScalarProxy: a host prim."""
+    a = canonical(a)
+    if not isinstance(a, ScalarProxy):
+        return prims.SCALAR_UNARY[op][1](a)
+    if op == "neg" and isinstance(a, IntProxy):
+        return scalar_op("sub", 0, a)       # so that (0 - x) folds as subtractions do
     ctx = current()
-    undone = _undo(op, a, b, ctx.definitions)
-    if undone is not None:
-        return undone
-    key = (op, _identity(a), _identity(b))
-    if key in ctx.scalar_results:
-        return ctx.scalar_results[key]
-    out = new_int(fn(hint(a), hint(b)))
-    record(prims.PRIMS["int_" + op], (a, b), {}, (out,))
-    ctx.definitions[id(out)] = (op, a, b)
-    ctx.scalar_results[key] = out
-    return out
+    key = (op, _identity(a))
+    if key not in ctx.scalar_results:
+        out = new_scalar(prims.SCALAR_UNARY[op][1](a.hint))
+        record(prims.PRIMS["scalar_" + op], (a,), {}, (out,))
+        ctx.scalar_results[key] = out
+    return ctx.scalar_results[key]
 
 
 def compare(op: str, a, b) -> bool:
     """Answers a comparison from the hints and guards the answer, so the trace stays valid."""
     a, b = canonical(a), canonical(b)
     result = COMPARISONS[op](hint(a), hint(b))
-    if a is b or not (isinstance(a, IntProxy) or isinstance(b, IntProxy)):
+    if a is b or not (isinstance(a, ScalarProxy) or isinstance(b, ScalarProxy)):
         return result
     ctx = current()
     guard = op if result else NEGATED[op]
-    if guard == "eq":   # from now on the two are one size: the left one becomes the right one,
-        if isinstance(a, IntProxy):         # or the int
+    if guard == "eq" and all(type(x) is int or isinstance(x, IntProxy) for x in (a, b)):
+        # from now on the two are one size: the left one becomes the right one, or the int
+        if isinstance(a, IntProxy):
             ctx.aliases[id(a)] = b
         else:
             ctx.aliases[id(b)] = a
         if not isinstance(a, IntProxy) or not isinstance(b, IntProxy):
             ctx.specialized(*((a, b) if isinstance(a, IntProxy) else (b, a)))
-    if not isinstance(a, IntProxy) or (isinstance(b, IntProxy) and b.name < a.name):
+    if not isinstance(a, ScalarProxy) or (isinstance(b, ScalarProxy) and b.name < a.name):
         a, b, guard = b, a, FLIPPED[guard]      # one spelling per guard: a proxy on the left
     if _implied(ctx, guard, a, b):
         return result
     ctx.add_guard((guard, a, b))
-    if guard in ("ge", "gt") and not isinstance(b, IntProxy):
+    if guard in ("ge", "gt") and isinstance(a, IntProxy) and type(b) is int:
         ctx.lower_bounds[id(a)] = max(ctx.lower_bounds.get(id(a), b), b + (guard == "gt"))
     return result
 
@@ -282,7 +326,7 @@ def _lower_bound(ctx, x):
     """A lower bound of x that the recorded guards imply, or None: an int is its own; a proxy has
     its guarded bound, or one derived through its definition (sums, products and floor divisions
     of non-negative values)."""
-    if not isinstance(x, IntProxy):
+    if not isinstance(x, ScalarProxy):
         return x
     if id(x) in ctx.lower_bounds:
         return ctx.lower_bounds[id(x)]
@@ -310,7 +354,7 @@ def _implied(ctx, op, a, b) -> bool:
                 and not isinstance(definition[2], IntProxy) and definition[2] >= 1):
             low = _lower_bound(ctx, b)
             return low is not None and low >= 0
-    if isinstance(b, IntProxy):
+    if isinstance(b, ScalarProxy):
         return False
     low = _lower_bound(ctx, a)
     if low is None:
@@ -319,8 +363,10 @@ def _implied(ctx, op, a, b) -> bool:
 
 
 def specialize(x):
-    """The concrete value of x, guarded: IntProxies become ints."""
-    return x.__index__() if isinstance(x, IntProxy) else x
+    """The concrete value of x, guarded: IntProxies become ints, FloatProxies floats."""
+    if isinstance(x, IntProxy):
+        return x.__index__()
+    return x.__float__() if isinstance(x, FloatProxy) else x
 
 
 # ---- dispatch -----------------------------------------------------------------------------

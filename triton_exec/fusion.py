@@ -15,7 +15,7 @@ import os
 import torch
 
 from ir import TensorProxy
-from ir.proxies import same_size
+from ir.proxies import FloatProxy, same_size
 from ir.trace import iter_vars
 from triton_exec.codegen import LOWERING, TL_DTYPE
 
@@ -56,6 +56,9 @@ def refusal(eqn) -> tuple[str, str] | None:
         op = eqn.params["fn_name"] if name == "opaque" else name
         return "not fusible", f"{op} is not in the fusible set"
     tensors = [v for v in iter_vars((eqn.args, eqn.outs)) if isinstance(v, TensorProxy)]
+    floats = [v.name for v in iter_vars(eqn.args) if isinstance(v, FloatProxy)]
+    if floats:
+        return "not fusible", f"{floats[0]} is a float the host computes (kernels take ints only)"
     for t in tensors:
         if t.dtype not in FUSIBLE_DTYPES:
             return "dtype not fused", f"{t.name} is {str(t.dtype).removeprefix('torch.')}"
