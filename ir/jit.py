@@ -157,7 +157,8 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
 def _resolved(proxy):
     """What the traced function receives for an argument: a view with the negative bit (e.g.
     `z.conj().imag`) is resolved first (a torch op of the trace), so no kernel reads its raw
-    storage; the prologue guards the bit either way."""
+    storage; such an entry's prologue checks the bit, and an executor whose kernels read an
+    argument's storage guards that it is not set."""
     if isinstance(proxy, tuple):
         return tuple(_resolved(p) for p in proxy)
     if isinstance(proxy, dict):

@@ -31,6 +31,7 @@ GUARD_SOURCE = {
     "divisible": "{a} % {b} == 0",
     "aligned": "{a}.data_ptr() % {b} == 0",
     "misaligned": "{a}.data_ptr() % {b} != 0",
+    "not_neg": "not {a}.is_neg()",
     "stride_eq": "{a}_strides[{b[0]}] == {b[1]}",
     "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
@@ -67,7 +68,8 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
         # without grad mode nothing records a backward: requires_grad does not matter
         grad = (f" and {'' if value.requires_grad else 'not '}{name}.requires_grad"
                 if grad_mode else "")
-        grad += f" and {'' if value.neg else 'not '}{name}.is_neg()"
+        if value.neg:   # resolved by the trace; entries that read raw storage guard the bit
+            grad += f" and {name}.is_neg()"
         lines.append((f"if not (isinstance({name}, Tensor) and {name}.dtype is {dtype} and "
                       f"{name}.device == {dev} and {name}.ndim == {value.ndim}{grad}): "
                       "return False",

@@ -125,8 +125,16 @@ def size_expressions(draw, depth=3):
     return f"({draw(size_expressions(depth - 1))} {op} {draw(size_expressions(depth - 1))})"
 
 
+@st.composite
+def quotients(draw):
+    """A size expression divided (// or %) by one that can be 0 for other k and m."""
+    divisor = draw(st.sampled_from(["k", "m", "(k - m)", "(m * k - 2)", "(k % m)"]))
+    op = draw(st.sampled_from(["//", "%"]))
+    return f"({draw(size_expressions())} {op} {divisor})"
+
+
 @settings(max_examples=25)
-@given(expr=size_expressions(), k=st.integers(1, 5), m=st.integers(1, 5),
+@given(expr=quotients(), k=st.integers(1, 5), m=st.integers(1, 5),
        others=st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3)), min_size=5,
                        max_size=5))
 def test_prologues_never_raise(expr, k, m, others):
@@ -136,8 +144,8 @@ def test_prologues_never_raise(expr, k, m, others):
     f = ns["f"]
     x = torch.randn(3, 6)
     try:
-        expected = f(x, k, m)
-    except ZeroDivisionError:
+        f(x, k, m)
+    except ZeroDivisionError:     # eager raises too: nothing to trace
         return
     j = ir.jit(f, executors=["triton"], cache="symbolic values")
     call(j, f, x, k, m)
@@ -147,7 +155,6 @@ def test_prologues_never_raise(expr, k, m, others):
         assert accepted in (True, False)
         if accepted:
             torch.testing.assert_close(j(x, k2, m2), f(x, k2, m2))
-    del expected
 
 
 # ---- 6. int arguments used as values in symbolic mode -----------------------------------------

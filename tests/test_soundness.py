@@ -24,7 +24,7 @@ from test_triton_programs import RESIZE_AND_ELEMENTWISE
 
 EXAMPLES = int(os.environ.get("SOUNDNESS_EXAMPLES", "12"))
 REPORT = os.environ.get("SOUNDNESS_REPORT")
-COUNTS = {"cases": 0, "calls": 0, "hits": 0, "wrong results": 0, "illegal widths": 0,
+COUNTS = {"cases": 0, "calls": 0, "calls eager refuses": 0, "hits": 0, "wrong results": 0, "illegal widths": 0,
           "hits narrower than a fresh compile": 0, "narrower because the fresh entry guards": {}}
 
 
@@ -62,10 +62,15 @@ def check_sequence(program, fn, calls, mode):
     j = ir.jit(fn, executors=["triton"], cache=mode)
     for args in calls:
         note(f"{mode}: call with {describe(args)}")
+        try:
+            expected = fn(*args)
+        except RuntimeError:    # eager refuses this layout (`view` of a non-contiguous input)
+            COUNTS["calls eager refuses"] += 1
+            continue
         hits = ir.cache_stats(j).hits
         COUNTS["calls"] += 1
         try:
-            assert_close(j(*args), fn(*args), program.rounding)
+            assert_close(j(*args), expected, program.rounding)
         except AssertionError:
             COUNTS["wrong results"] += 1
             raise

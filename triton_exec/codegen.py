@@ -205,6 +205,8 @@ class KernelWriter:
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
         argument = t.name not in self.contiguous_inputs     # the prologue can guard it
+        if argument:    # the kernel reads raw storage: a view with the negative bit must not come
+            self.guards.append(("not_neg", t, None))
         for d, (i, s) in enumerate(zip(idx, t.shape)):
             if not isinstance(s, IntProxy) and s == 1:
                 continue
