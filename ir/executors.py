@@ -33,6 +33,7 @@ class CompileContext:
     extra: dict = dataclasses.field(default_factory=dict)   # per-executor data of the entry
     name: str = "fn"        # the jitted function's name, unique per function: names kernels
     explaining: bool = False    # ir.explain: build everything, run and time no kernel
+    direction: str = "forward"      # "backward" while a differentiable unit's backward compiles
 
     def add_guard(self, guard) -> None:
         """Adds an (op, a, b) guard unless the same one (by identity of its values) is there."""
@@ -166,6 +167,7 @@ TORCH_RENDER = {
                        f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
     "reshape": lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
     "permute": lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
+    "sum": lambda e: f"{e.args[0].name}.sum({render(e.params['dims'])})",
     "opaque": prims.opaque.render_rhs,
 }
 

@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from ir import diagnostics, passes, prims, recompiles
+from ir import autodiff, diagnostics, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import IntProxy, TensorProxy, Var
@@ -51,6 +51,7 @@ class Entry:
     extra: dict         # per-executor data (e.g. the kernels a fusion executor built)
     guards: list = dataclasses.field(default_factory=list)     # (op, a, b) the prologue checks
     specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
+    backward: dict = dataclasses.field(default_factory=dict)  # unit name -> backward traces
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -371,24 +372,47 @@ class JitFunction:
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
         traces = [traced]
-        trace = passes.dce(passes.cse(traced), keep_host=True)
-        traces.append(trace)
+        trace = traced
         values = {}
         for (name, proxy), a in zip(inputs, args):
             _pair_values(proxy, a, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
+        backward, backward_host = {}, []
+
+        def differentiate(fused):       # in grad mode, fusion groups become differentiable
+            nonlocal backward, backward_host
+            if not grad_mode:
+                return fused
+            fused, backward, backward_host = autodiff.differentiate(
+                fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
+            return fused
+
+        traces += self.lower(trace, cctx, differentiate)[1:]
+        host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
+        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
+        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards,
+                     ctx.specializations, backward)
+
+    def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
+        """The traces of the passes and executors from a constructed trace (first) to the one
+        that runs (last); `differentiate` rewrites the trace after the fusion passes."""
+        traces = [trace]
+        trace = passes.dce(passes.cse(trace), keep_host=True)
+        traces.append(trace)
         for ex in self.executors:
             fused = ex.fusion_pass(trace, cctx)
             if fused is not trace:
                 trace = fused
                 traces.append(trace)
+        if differentiate is not None:
+            changed = differentiate(trace)
+            if changed is not trace:
+                trace = changed
+                traces.append(trace)
         trace = passes.sink_host_work(passes.dce(claim(trace, self.executors)))
         traces.append(trace.replace(provenance="Executed: " + trace.provenance))
-        host = [e for e in traced.eqns if e.prim.kind == "host"]
-        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
-        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards,
-                     ctx.specializations)
+        return traces
 
 
 def jit(fn, *, executors=None, cache="constant values",
@@ -419,6 +443,12 @@ def _last(jfn) -> Entry:
 def last_traces(jfn) -> list[Trace]:
     """The computation traces of the last call, one per pass; the last one is what ran."""
     return list(_last(jfn).traces)
+
+
+def last_backward_traces(jfn) -> dict[str, list[Trace]]:
+    """The backward traces of the last call's cache entry: for each differentiable unit (by the
+    name of its call in the forward trace), one trace per pass; the last one is what runs."""
+    return {name: list(traces) for name, traces in _last(jfn).backward.items()}
 
 
 def last_prologue(jfn) -> Prologue:

@@ -114,6 +114,9 @@ full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(s
 # return the input itself (`.contiguous()` of a contiguous tensor).
 copy = define("copy", "elementwise", lambda t, *, memory_format, may_alias: _same(t))
 reshape = define("reshape", "tensor", lambda t, shape: _same(t, shape=shape))
+# A reduction (the gradient of a broadcast sums over the broadcast dims); torch runs it.
+sum_ = define("sum", "tensor", lambda t, *, dims: _same(
+    t, shape=[s for d, s in enumerate(t.shape) if d not in dims]))
 permute = define("permute", "tensor", lambda t, *, perm: _same(t, shape=[t.shape[p] for p in perm]))
 
 

@@ -258,7 +258,8 @@ def clamp(input, min=None, max=None):
 
 @register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
 def relu(input, inplace=False):
-    return clamp(input, 0)
+    # a select, not clamp(input, 0): its gradient is eager's (0 where input <= 0, NaN passes)
+    return where(METHODS["le"](input, 0), 0, input)
 
 
 @register(F.silu, methods=("silu",))

@@ -611,14 +611,16 @@ def acceptable(t: torch.Tensor) -> bool:
 
 @st.composite
 def programs(draw, max_ops: int = 6, min_ops: int = 1,
-             op_names: Collection[str] | None = None, int_args: bool = False) -> Program:
+             op_names: Collection[str] | None = None, int_args: bool = False,
+             main_dtypes: Collection[torch.dtype] = FLOAT_DTYPES + (torch.int32,)) -> Program:
     """A random program of min_ops..max_ops steps (fewer where no op of op_names applies) over
     1-3 input tensors, returning 1 or 2 tensors. op_names restricts the steps to those entries
     of OPS. With int_args, some slice bounds and pad widths become Python int arguments, passed
-    after the tensors (for symbolic-values caching)."""
+    after the tensors (for symbolic-values caching). main_dtypes: the dtype most inputs get is
+    one of these."""
     builders = [OPS[name] for name in sorted(op_names or OPS)]
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
-    main_dtype = draw(st.sampled_from(FLOAT_DTYPES + (torch.int32,)))
+    main_dtype = draw(st.sampled_from(list(main_dtypes)))
     base = draw(shapes())
     pool = Pool([], int_args)
     for i in range(draw(st.integers(1, 3))):

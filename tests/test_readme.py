@@ -10,8 +10,11 @@ README = (ROOT / "README.md").read_text()
 def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    (example,) = re.findall(r"```python\n(.*?)```", README, re.S)
-    exec(compile(example, "README.md", "exec"), {})
+    examples = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(examples) == 2       # the first steps, then training (which builds on them)
+    namespace = {}
+    for example in examples:
+        exec(compile(example, "README.md", "exec"), namespace)
     printed = capsys.readouterr().out
     assert "def computation(" in printed and "@triton.jit" in printed
     # what the README shows of ir.explain is what it prints
@@ -19,6 +22,8 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     for line in shown.group(1).splitlines():
         if line.strip() != "...":
             assert re.sub(r"rope_\d+_", "rope_", line) in re.sub(r"rope_\d+_", "rope_", printed)
+    assert re.search(r"def rope(_\d+)?_fusion_0_backward\(cos, sin, t\d+\)", printed)
+    assert "['forward', 'backward']" in printed
     assert (tmp_path / "perf/out/report/report.md").exists()
 
 

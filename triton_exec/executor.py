@@ -35,6 +35,7 @@ class KernelRecord:
     kernel: object
     compile_s: float = 0.0
     tuning: autotune.Outcome | None = None    # how `config` was chosen; every timed config
+    direction: str = "forward"  # "backward" for a kernel of a differentiable unit's backward
 
     @property
     def vector_width(self) -> dict:
@@ -156,7 +157,8 @@ class TritonExecutor(ir.Executor):
                                       "kernel": f"{name}_kernel"}, tuple(outputs), executor=self)
         record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
                               {k: TensorFacts.of(v) for k, v in example_args.items()}, kernel,
-                              time.perf_counter() - start - tuning.seconds, tuning=tuning)
+                              time.perf_counter() - start - tuning.seconds, tuning=tuning,
+                              direction=ctx.direction)
         log.info("built %s: %d prims, vector width up to %d, %s config %s", record.name,
                  len(body), lowered.max_width, tuning.source, config)
         return eqn, record

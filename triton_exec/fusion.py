@@ -15,6 +15,7 @@ import os
 import torch
 
 from ir import TensorProxy
+from ir.grad_rules import has_rule
 from ir.proxies import FloatProxy, same_size
 from ir.trace import iter_vars
 from triton_exec.codegen import LOWERING, TL_DTYPE
@@ -65,8 +66,9 @@ def refusal(eqn) -> tuple[str, str] | None:
     for t in tensors:
         if not device_claimable(t.device):
             return _device_refusal(t.device)
-    if any(t.requires_grad for t in tensors):
-        return "needs grad", "its value needs grad: PyTorch runs it and records the backward"
+    if not has_rule(eqn):       # in grad mode a group's backward is built from the grad rules
+        return "needs grad", ("its value needs grad and it has no grad rule: PyTorch runs it "
+                              "and records the backward")
     if name in FLOAT_ONLY and not all(t.dtype.is_floating_point for t in tensors):
         return "dtype not fused", f"{name} is fused on floating-point tensors only"
     if name in ARITHMETIC and any(t.dtype == torch.bool for t in tensors):

@@ -1,0 +1,230 @@
+"""Training: a differentiable unit per fusion group.
+
+In grad mode, each fusion call whose inputs need grad (`t3 = rope_fusion_0(x, cos, sin)`) becomes
+a call of a `DifferentiableUnit`, a `torch.autograd.Function` whose forward runs the fused kernel
+and whose backward runs a backward trace. The backward trace is built from the grad rules
+(`ir.grad_rules`) over the group's prims, recomputing what it needs from the group's inputs, then
+run through the same passes and executors as a forward trace: the Triton executor fuses it, and
+the vectorization analysis gives its accesses their width. Only the inputs that trace reads are
+saved (never an intermediate: fp32 values are recomputed in the backward kernel), and only inputs
+that need grad get a gradient. Everything outside fusion groups runs on torch, which records
+its backward as eager does.
+
+Limits: double backward (`create_graph=True`) through a unit raises a clear error.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ir.executors import CompileContext, Executor
+from ir.grad_rules import GRAD_RULES, emit, needs_grad
+from ir.prims import PRIMS, Prim, convert_element_type
+from ir.proxies import IntProxy, TensorProxy
+from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
+from ir.tracing import TraceContext, tracing
+
+
+class DoubleBackwardError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class DifferentiableUnit:
+    """One fusion group made differentiable. Called with the fusion call's arguments followed by
+    the sizes its backward needs."""
+
+    name: str
+    launch: object              # the fusion call's own function (the forward kernel's launcher)
+    arity: int                  # how many of the arguments the launcher takes
+    backward: object            # the compiled backward trace
+    saved: tuple                # argument positions saved for the backward
+    grads_read: tuple           # output positions whose gradients the backward reads
+    grad_inputs: tuple          # argument positions that get a gradient, in backward output order
+    reaches: tuple              # per grad input: the output positions it is differentiable into
+    non_differentiable: tuple   # output positions autograd must not differentiate
+    n_args: int
+
+    def __call__(self, *args):
+        return _UnitFunction.apply(self, *args)
+
+
+class _UnitFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, unit, *args):
+        outs = unit.launch(*args[:unit.arity])
+        ctx.unit = unit
+        ctx.save_for_backward(*[args[i] for i in unit.saved])
+        ctx.sizes = args[unit.arity:]
+        flat = outs if isinstance(outs, tuple) else (outs,)
+        ctx.outputs = [(o.shape, o.dtype, o.device) for o in flat]
+        if unit.non_differentiable:
+            ctx.mark_non_differentiable(*[flat[k] for k in unit.non_differentiable])
+        # an output autograd computed no gradient for arrives as None: as in eager, an input
+        # that only such outputs depend on gets None, not zeros
+        ctx.set_materialize_grads(False)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        unit = ctx.unit
+        if torch.is_grad_enabled():
+            raise DoubleBackwardError(
+                f"ir.jit: double backward (create_graph=True) through the fused group {unit.name} "
+                "is not supported; differentiate a function jitted with executors=['torch'] "
+                "for higher-order gradients")
+        present = {k for k, g in enumerate(grads) if g is not None}
+        out = [None] * unit.n_args
+        if not present:
+            return (None, *out)
+        read = [grads[k] if k in present else torch.zeros(
+            ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
+            for k in unit.grads_read]
+        results = unit.backward(*ctx.saved_tensors, *read, *ctx.sizes)
+        for position, reaches, g in zip(unit.grad_inputs, unit.reaches, results):
+            out[position] = g if present & reaches else None
+        return (None, *out)
+
+
+class UnitPrim(Prim):
+    """The prim of a differentiable unit's call in a trace."""
+
+
+class AutogradExecutor(Executor):
+    """Runs differentiable units (it claims nothing itself: `differentiate` places them)."""
+
+    name = "autograd"
+
+    def render(self, eqn):
+        args = ", ".join(render(a) for a in eqn.args)
+        body = [line for e in eqn.params["body"] for line in render_eqn(e)]
+        info = eqn.params["backward_info"]
+        return f"{eqn.prim.name}({args})", body + [info]
+
+    def namespace(self, eqn):
+        return {eqn.prim.name: eqn.params["unit"]}
+
+
+autograd_executor = AutogradExecutor()
+
+
+def differentiate(trace: Trace, tctx: TraceContext, cctx: CompileContext, lower):
+    """Replaces each fusion call whose inputs need grad by a differentiable unit.
+
+    lower(trace, cctx) -> the traces of the passes and executors (the last is what runs).
+    Returns (trace, {unit name: backward traces}, host equations the backward traces added,
+    which guards may need)."""
+    backward_traces, host = {}, []
+    eqns = []
+    for eqn in trace.eqns:
+        if (eqn.prim.kind == "fusion" and any(needs_grad(a) for a in eqn.args)
+                and any(o is not None and o.requires_grad for o in eqn.outs)):
+            eqn, traces, added = _unit(eqn, tctx, cctx, lower)
+            backward_traces[eqn.prim.name] = traces
+            host += added
+        eqns.append(eqn)
+    if not backward_traces:
+        return trace, {}, []
+    return (trace.replace(eqns=tuple(eqns), provenance="Differentiable units"),
+            backward_traces, host)
+
+
+def _unit(eqn, tctx, cctx, lower):
+    name = eqn.prim.name
+    built, grads, grad_inputs, added = _backward_trace(eqn, tctx, f"{name}_backward")
+    bctx = dataclasses.replace(cctx, name=f"{cctx.name}_backward", direction="backward")
+    traces = lower(built, bctx)
+    executed = traces[-1]
+    free = _free_vars(executed)
+    primals = {id(a): i for i, a in enumerate(eqn.args) if isinstance(a, TensorProxy)}
+    grad_of = {id(g): k for k, g in grads.items()}
+    saved = [v for v in free if id(v) in primals]
+    read = [v for v in free if id(v) in grad_of]
+    sizes = [v for v in free if isinstance(v, IntProxy)]
+    unknown = [v for v in free if id(v) not in primals and id(v) not in grad_of
+               and not isinstance(v, IntProxy)]
+    assert not unknown, f"backward of {name} reads {unknown}"
+    inputs = tuple((v.name, v) for v in saved + read + sizes)
+    traces = [t.replace(inputs=inputs) for t in [built] + traces]
+    from ir.jit import compile_trace      # the jit imports this module
+    backward = compile_trace(traces[-1])
+    args = tuple(eqn.args) + tuple(sizes)
+    unit = DifferentiableUnit(
+        name, eqn.executor.namespace(eqn)[name], len(eqn.args), backward,
+        tuple(primals[id(v)] for v in saved), tuple(grad_of[id(v)] for v in read),
+        tuple(grad_inputs), tuple(_reaches(eqn, i) for i in grad_inputs),
+        tuple(k for k, o in enumerate(eqn.outs) if o is not None and not o.requires_grad),
+        len(args))
+    wrt = ", ".join(eqn.args[i].name for i in grad_inputs)
+    info = (f"backward: {traces[-1].name}({', '.join(n for n, _ in inputs)}) -> grads of {wrt}; "
+            f"saves {', '.join(v.name for v in saved) or 'nothing'}")
+    new = Eqn(UnitPrim(name, "unit", None, None), args,
+              {"body": eqn.params["body"], "unit": unit, "backward_info": info}, eqn.outs,
+              executor=autograd_executor)
+    return new, traces, added
+
+
+def _backward_trace(eqn, tctx, name):
+    """The group's prims (recomputed) followed by their gradients from the rules: a trace from
+    (group inputs, output gradients) to the gradients of the inputs that need grad."""
+    body = list(eqn.params["body"])
+    start = len(tctx.eqns)
+    memo = dict(tctx.scalar_results), dict(tctx.definitions)
+    try:
+        with tracing(tctx):
+            grads, cts = {}, {}
+            for k, o in enumerate(eqn.outs):
+                if o is not None and o.requires_grad:
+                    g = TensorProxy(tctx.new_name("t"), o.shape, o.dtype, o.device)
+                    grads[k] = cts[id(o)] = g
+            for e in reversed(body):
+                out_cts = [None if o is None else cts.get(id(o)) for o in e.outs]
+                if all(c is None for c in out_cts) or not any(
+                        needs_grad(v) for v in e.input_vars()):
+                    continue
+                rule = GRAD_RULES.get(e.prim)
+                if rule is None:
+                    raise NotImplementedError(f"no grad rule for {e.prim.name}")
+                for v, ct in rule(e, out_cts):
+                    if needs_grad(v):
+                        ct = ct if ct.dtype == v.dtype else emit(convert_element_type, ct,
+                                                                 dtype=v.dtype)
+                        prev = cts.get(id(v))
+                        cts[id(v)] = ct if prev is None else emit(PRIMS["add"], prev, ct, like=v)
+            grad_inputs = [i for i, a in enumerate(eqn.args) if needs_grad(a)]
+            outputs = tuple(cts.get(id(eqn.args[i])) for i in grad_inputs)
+        added = tctx.eqns[start:]
+    finally:
+        del tctx.eqns[start:]
+        tctx.scalar_results, tctx.definitions = memo
+    trace = Trace(name, (), tuple(body + added), outputs,
+                  "Backward constructed from the grad rules")
+    return trace, grads, grad_inputs, [e for e in added if e.prim.kind == "host"]
+
+
+def _reaches(eqn, position) -> frozenset:
+    """The output positions of a fusion call that its argument at `position` is differentiable
+    into: paths through values that need grad (a comparison or an int cast cuts them)."""
+    reached = {id(eqn.args[position])}
+    for e in eqn.params["body"]:
+        if any(id(v) in reached for v in e.input_vars() if needs_grad(v)):
+            reached.update(id(o) for o in e.outs if o is not None and o.requires_grad)
+    return frozenset(k for k, o in enumerate(eqn.outs) if o is not None and id(o) in reached)
+
+
+def _free_vars(trace: Trace) -> list:
+    """Values the trace reads but does not define, in first-use order."""
+    defined, free = set(), {}
+    for e in trace.eqns:
+        for v in e.input_vars():
+            if id(v) not in defined:
+                free.setdefault(id(v), v)
+        defined.update(id(o) for o in e.outs if o is not None)
+    for v in iter_vars(trace.outputs):
+        if id(v) not in defined:
+            free.setdefault(id(v), v)
+    return list(free.values())
+
+
+__all__ = ["differentiate", "DifferentiableUnit", "DoubleBackwardError"]
