@@ -92,9 +92,11 @@ class UnitPrim(Prim):
 
 
 class AutogradExecutor(Executor):
-    """Runs differentiable units (it claims nothing itself: `differentiate` places them)."""
+    """Runs the differentiable units made of one fusion executor's calls (it claims nothing
+    itself: `differentiate` places them); named `<executor>+autograd`."""
 
-    name = "autograd"
+    def __init__(self, fusion_executor):
+        self.name = f"{fusion_executor.name}+autograd"
 
     def render(self, eqn):
         args = ", ".join(render(a) for a in eqn.args)
@@ -106,7 +108,13 @@ class AutogradExecutor(Executor):
         return {eqn.prim.name: eqn.params["unit"]}
 
 
-autograd_executor = AutogradExecutor()
+_autograd_executors: dict = {}
+
+
+def autograd_executor(fusion_executor) -> AutogradExecutor:
+    if fusion_executor not in _autograd_executors:
+        _autograd_executors[fusion_executor] = AutogradExecutor(fusion_executor)
+    return _autograd_executors[fusion_executor]
 
 
 def differentiate(trace: Trace, tctx: TraceContext, cctx: CompileContext, lower):
@@ -160,8 +168,9 @@ def _unit(eqn, tctx, cctx, lower):
     info = (f"backward: {traces[-1].name}({', '.join(n for n, _ in inputs)}) -> grads of {wrt}; "
             f"saves {', '.join(v.name for v in saved) or 'nothing'}")
     new = Eqn(UnitPrim(name, "unit", None, None), args,
-              {"body": eqn.params["body"], "unit": unit, "backward_info": info}, eqn.outs,
-              executor=autograd_executor)
+              {"body": eqn.params["body"], "unit": unit, "backward_info": info,
+               "kernel": eqn.params.get("kernel")}, eqn.outs,
+              executor=autograd_executor(eqn.executor))
     return new, traces, added
 
 

@@ -197,3 +197,13 @@ def test_an_input_only_unused_outputs_depend_on_gets_no_gradient():
     g0, g1 = torch.autograd.grad(t3, (a0, a1), torch.ones(4), allow_unused=True)
     assert g1 is None
     torch.testing.assert_close(g0, torch.full((4,), 2.0))
+
+
+def test_every_fusible_prim_has_a_grad_rule():
+    from ir.grad_rules import GRAD_RULES
+    from ir.prims import COMPARE, PRIMS
+    from triton_exec.codegen import LOWERING
+    non_differentiable = set(COMPARE) | {"full"}        # bool outputs; no tensor input
+    missing = [name for name in LOWERING
+               if name not in non_differentiable and PRIMS[name] not in GRAD_RULES]
+    assert not missing
