@@ -163,6 +163,11 @@ def _where(eqn, cts):
         [(b, _select(c, ct, False))] if needs_grad(b) else [])
 
 
+@grad_rule(prims.copy)
+def _copy(eqn, cts):
+    return [(eqn.args[0], cts[0])]
+
+
 @grad_rule(prims.convert_element_type)
 def _convert(eqn, cts):
     x = eqn.args[0]
