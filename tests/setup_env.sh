@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Builds the project's virtual environment (.venv in the repo root) from nothing; idempotent.
+# Builds the project's virtual environments in the repo root from nothing; idempotent.
+#   .venv            torch, the pinned Triton 3.6.0 (the GPU machine's), hypothesis, pytest, ...
+#   .venv-triton39   the newest Triton the package index serves (3.9.0 today) over .venv: only
+#                    Triton is installed in it; everything else comes from .venv's site-packages
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -9,21 +12,41 @@ STAMP=.venv/.setup-done
 # pyproject.toml's hash: a changed project (e.g. its entry points) is installed again
 WANTED="$REQUIREMENTS; pyproject $(sha256sum pyproject.toml | cut -c1-16)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
+NEWEST_TRITON="triton==3.9.0"
 
 if [[ "$HAVE" == "$WANTED" ]]; then
     echo "setup_env: .venv is up to date"
-    exit 0
+else
+    if [[ ! -x .venv/bin/python ]]; then
+        echo "setup_env: creating .venv"
+        python3 -m venv .venv
+    fi
+    if [[ "${HAVE%%;*}" != "$REQUIREMENTS" ]]; then
+        echo "setup_env: installing $REQUIREMENTS"
+        # shellcheck disable=SC2086
+        .venv/bin/python -m pip install -q $REQUIREMENTS
+    fi
+    echo "setup_env: installing the project (editable)"
+    .venv/bin/python -m pip install -q -e . --no-deps
+    echo "$WANTED" > "$STAMP"
 fi
-if [[ ! -x .venv/bin/python ]]; then
-    echo "setup_env: creating .venv"
-    python3 -m venv .venv
+
+VENV39=.venv-triton39
+if [[ -L .venv ]]; then     # .venv links to a shared venv (a git worktree): so does this one
+    VENV39="$(readlink -f .venv)-triton39"
+    ln -sfn "$VENV39" .venv-triton39
 fi
-if [[ "${HAVE%%;*}" != "$REQUIREMENTS" ]]; then
-    echo "setup_env: installing $REQUIREMENTS"
-    # shellcheck disable=SC2086
-    .venv/bin/python -m pip install -q $REQUIREMENTS
+if [[ -f "$VENV39/.setup-done" && "$(cat "$VENV39/.setup-done")" == "$NEWEST_TRITON" ]]; then
+    echo "setup_env: .venv-triton39 is up to date"
+else
+    echo "setup_env: creating $VENV39 ($NEWEST_TRITON over .venv)"
+    rm -rf "$VENV39"
+    python3 -m venv "$VENV39"
+    "$VENV39"/bin/python -m pip install -q --no-deps "$NEWEST_TRITON"
+    # .venv's packages after the venv's own (a .pth line is appended to sys.path): its Triton wins
+    base=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    own=$("$VENV39"/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    echo "$base" > "$own/zz_base_venv.pth"
+    echo "$NEWEST_TRITON" > "$VENV39/.setup-done"
 fi
-echo "setup_env: installing the project (editable)"
-.venv/bin/python -m pip install -q -e . --no-deps
-echo "$WANTED" > "$STAMP"
 echo "setup_env: done"

@@ -126,6 +126,7 @@ def test_the_launcher_grid_is_one_program_per_tile():
     import random
     import re
     import torch.nn.functional as F
+    from triton_exec import index
     jf = ir.jit(lambda x: F.pad(x, (1, 1)) * 2, executors=["triton"], cache="symbolic values")
     jf(torch.randn(40, 15))
     (record,) = __import__("triton_exec").last_kernels(jf)
@@ -134,5 +135,6 @@ def test_the_launcher_grid_is_one_program_per_tile():
     names = set(re.findall(r"[a-z_]\w*", grid))
     for _ in range(200):        # whatever sizes the entry sees
         values = {name: random.randint(1, 5000) for name in names}
-        tiles = (-(-eval(rows, {}, values) // config.rows)) * (-(-eval(cols, {}, values) // config.cols))
+        extent = lambda e: index.evaluate(e, lambda leaf: values[leaf.source.name])  # noqa: E731
+        tiles = (-(-extent(rows) // config.rows)) * (-(-extent(cols) // config.cols))
         assert eval(grid, {}, values) == tiles, grid

@@ -207,15 +207,14 @@ def _from_public(stored: dict) -> LaunchConfig | None:
 def _run_args(lowered, example_args: dict, device):
     """Kernel arguments for timing: the building call's inputs, real outputs allocated like the
     (meta) example outputs. None (and why) when an input is not a real tensor."""
-    outputs = {f"out{k}" for k in range(len(lowered.outputs))}
     args = []
     for p in lowered.params:
         value = example_args[p.name]
         if p.kind == "pointer":
-            if p.launch in outputs:
+            if p.output is not None:
                 value = torch.empty(tuple(value.shape), dtype=value.dtype, device=device)
             elif not isinstance(value, torch.Tensor) or value.device.type == "meta":
-                return None, f"input {p.launch} is not available when the kernel is built"
+                return None, f"input {p.tensor.name} is not available when the kernel is built"
         args.append(value)
     return args, ""
 

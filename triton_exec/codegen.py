@@ -13,6 +13,11 @@ piece offsets; broadcast: drop the index; permute: reorder it) and collecting:
 Kernels call Triton builtins only, never `@triton.jit` library functions (`tl.cdiv`, `tl.zeros`):
 under the interpreter those leave the language patched, which breaks offline compilation.
 
+Index and mask math is built as `triton_exec.index` nodes, never as strings: what an index
+depends on (tile, runtime integers), its width and its bounds decide per-tile scalars, int64 use,
+mask pieces dropped and values hoisted to the launcher. Names the kernel and launcher share with
+the program (pointers, sizes) come from a `Namespace`, so no program name can collide with ours.
+
 Boundaries are literals in "constant values" mode; in "symbolic values" mode they are runtime
 integers passed divided by their guarded power-of-two divisor and multiplied back in the kernel, so
 Triton can prove what the analysis proved. Masks use only `idx < c` and `idx >= c`.
@@ -20,15 +25,15 @@ Triton can prove what the analysis proved. Masks use only `idx < c` and `idx >= 
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
-import re
 
 import torch
 
 from ir import IntProxy, TensorProxy
-from ir.proxies import same_size
+from ir.proxies import hint, same_size
 from ir.trace import render
-from triton_exec import vectorize
+from triton_exec import index, vectorize
 from triton_exec.merge import merge_inner_dims
 from triton_exec.vectorize import Path
 
@@ -74,14 +79,86 @@ class Access:
         return f"{self.kind} {self.number} {self.tensor} ({self.what})"
 
 
+@dataclasses.dataclass(frozen=True)
+class Stride:
+    """The host value `tensor.stride(dim)` (a runtime integer the launcher reads)."""
+
+    tensor: object
+    dim: int
+
+
 @dataclasses.dataclass
 class Param:
-    """A kernel parameter and the launcher expression that fills it."""
+    """A kernel parameter and what the launcher passes for it: a tensor's pointer (`tensor`, an
+    input TensorProxy), output `output`'s pointer, or an integer (`value`: an expression of
+    runtime integers whose leaves have an IntProxy or a `Stride` as `source`)."""
 
     name: str
-    launch: str         # Python source in the launcher's scope
-    kind: str           # "pointer", "int"
+    kind: str                   # "pointer" or "int"
     tensor: object = None
+    output: int | None = None
+    value: index.Expr | None = None
+
+    @property
+    def strided(self):
+        """The tensor whose strides this integer reads, if any."""
+        leaves = index.leaves(self.value) if self.value is not None else []
+        return next((l.source.tensor for l in leaves if isinstance(l.source, Stride)), None)
+
+    def evaluate(self, tensors: dict, outputs: list):
+        """Its value for example arguments: `tensors` by trace name, `outputs` by position."""
+        if self.kind == "pointer":
+            return outputs[self.output] if self.output is not None else tensors[self.tensor.name]
+        return index.evaluate(self.value, lambda leaf: _host_value(leaf.source, tensors))
+
+    def source(self, name_of) -> str:
+        """Python source in the launcher: `name_of(x)` names a TensorProxy, an IntProxy, the
+        strides of a TensorProxy (`Stride(t, None)`) or an output position."""
+        if self.kind == "pointer":
+            return name_of(self.output if self.output is not None else self.tensor)
+        return index.render_host(self.value, lambda leaf: _host_source(leaf.source, name_of),
+                                 top=True)
+
+
+def _host_value(source, tensors):
+    if isinstance(source, Stride):
+        return tensors[source.tensor.name].stride(source.dim)
+    return hint(source)
+
+
+def _host_source(source, name_of) -> str:
+    if isinstance(source, Stride):
+        return f"{name_of(Stride(source.tensor, None))}[{source.dim}]"
+    return name_of(source)
+
+
+class Namespace:
+    """Names of one generated function: each name handed out once, never a reserved one, so
+    names taken from the user's program (arguments, trace values) cannot collide with ours."""
+
+    def __init__(self, reserved=()):
+        self.taken = set(reserved) | set(keyword.kwlist) | {"True", "False", "None"}
+        self.counter = 0
+
+    def take(self, name: str) -> str:
+        """`name`, or `name_2`, `name_3`, ... when it is taken."""
+        candidate, k = name, 1
+        while candidate in self.taken:
+            k += 1
+            candidate = f"{name}_{k}"
+        self.taken.add(candidate)
+        return candidate
+
+    def fresh(self, prefix: str) -> str:
+        """A new numbered name: `v1`, `m2`, ... (one counter for all prefixes)."""
+        while True:
+            self.counter += 1
+            if f"{prefix}{self.counter}" not in self.taken:
+                return self.take(f"{prefix}{self.counter}")
+
+
+KERNEL_RESERVED = {"tl", "triton", "ROWS", "COLS", "VEC", "pid", "col_blocks", "rows", "cols",
+                   "in_domain", "float", "int"}
 
 
 @dataclasses.dataclass
@@ -90,14 +167,14 @@ class Lowered:
 
     name: str
     source: str                 # the @triton.jit function
-    params: list                # Param, in kernel order (constexprs follow: ROWS, COLS)
+    params: list                # Param, in kernel order (constexprs follow: ROWS, COLS, VEC)
     accesses: list              # Access
     guards: list                # (op, a, b) for the prologue
-    rows: object                # flattened outer extent (int or launcher expression)
-    cols: object                # innermost extent
+    rows: index.Expr            # flattened outer extent (host-known)
+    cols: index.Expr            # innermost extent (host-known)
     outputs: list               # TensorProxy outputs, in store order
     itemsizes: list             # itemsize of every access, for the launch heuristic
-    size_vars: list             # IntProxies of the trace that the kernel receives
+    size_vars: list             # IntProxies of the trace that the kernel's parameters read
     contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
     allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
@@ -141,8 +218,13 @@ def _literal(value) -> str:
     return render(value)
 
 
+def _known(x) -> bool:
+    return not isinstance(x, IntProxy)
+
+
 class KernelWriter:
-    """Builds one kernel: lines of its body, its parameters, its accesses and guards."""
+    """Builds one kernel: lines of its body, its parameters, its accesses and guards. Index and
+    mask math is built as `index` nodes; values are named tiles (`v1`, `v2`, ...)."""
 
     def __init__(self, values, producers, vectorize_enabled: bool, max_vector: int):
         self.values = values                  # id(input Var) -> example runtime value
@@ -152,115 +234,187 @@ class KernelWriter:
         self.contiguous_inputs: list = []     # inputs the launcher makes contiguous
         self.originals: dict = {}             # id(merged input) -> its unmerged proxy
         self.vectorize = vectorize_enabled
+        self.names = Namespace(KERNEL_RESERVED)
         self.lines: list[str] = []
-        self.prelude: list[str] = []        # runtime sizes and strides multiplied back
-        self.size_objects: list = []        # the IntProxies the kernel receives
+        self.prelude: list[str] = []        # runtime values multiplied back by their divisor
         self.params: list[Param] = []
         self.accesses: list[Access] = []
         self.guards: list = []
         self.itemsizes: list = []
         self.memo: dict = {}
-        self.counter = 0
-        self.size_params: dict[int, int] = {}     # id(IntProxy) -> its position in params
+        self.leaves: dict = {}              # IntProxy id / Stride -> its kernel Leaf
+        self.hoisted: dict = {}             # host-known Expr -> kernel name of its parameter
+        self.pointers: dict = {}            # id(TensorProxy) -> kernel name of its pointer
+        self.narrow = True                  # int32 logical indices (see _narrow_indices)
+        self.used: set = set()              # runtime integers the kernel reads
+        self.render = index.Renderer(self.lines, self.names.fresh, self.hoist, self.use)
+        self.rows = self.cols = self.zeros = None
 
     # ---- names -------------------------------------------------------------------------
-    def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
-
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
-        name = self.fresh(prefix)
+        name = self.names.fresh(prefix)
         self.lines.append(f"{name} = {expr}" + (f"  # {comment}" if comment else ""))
         return name
 
-    def size(self, x, inner: bool = False) -> str:
-        """Kernel source for an integer of the trace: a literal, or a runtime parameter. A
+    def mask_name(self, mask, comment: str = "") -> str:
+        """The kernel name of a (not always false) mask, bound once."""
+        mask = index.Mask(tuple(self.tiled_atom(a) for a in mask.atoms))
+        if mask in self.render.names:
+            return self.render.names[mask]
+        return self.render.bind(mask, self.names.fresh("m"), comment)
+
+    def tiled_atom(self, atom):
+        """An atom computed per lane: one with no tile dependency (`0 < i1`) compares the zero
+        tile instead (a scalar in a mask is refused by Triton 3.9's interpreter)."""
+        if atom.a.tiled or atom.b.tiled:
+            return atom
+        return index.Less(index.add(self.zero_tile(), atom.a), atom.b, atom.negated)
+
+    def constant_tile(self, value, dtype) -> str:
+        """A tile holding `value` (a number or a runtime integer) in dtype's compute type."""
+        if _is_negative_zero(value):
+            return self.let("v", NEGATIVE_ZERO)
+        return self.let("v", f"tl.full([ROWS, COLS], {self.value(value, [], index.TRUE, None)}, "
+                             f"{TL_DTYPE[_compute_dtype(dtype)]})")
+
+    # ---- runtime integers ------------------------------------------------------------------
+    def runtime_int(self, source, name: str, divisor: int, bounded: bool) -> index.Leaf:
+        """The kernel leaf of a runtime integer (an IntProxy or a Stride). With `divisor` > 1 it
+        arrives divided (`name_div4`) and is multiplied back in the prelude, in int64 unless
+        `bounded` (a guard keeps it below 2**31). Its parameter is added when it is first used."""
+        key = id(source) if isinstance(source, IntProxy) else source
+        leaf = self.leaves.get(key)
+        if leaf is not None and (divisor == 1 or leaf.divisor > 1):
+            return leaf
+        name = leaf.name if leaf is not None else self.names.take(name)
+        wide = divisor > 1 and not bounded
+        new = index.Leaf(name, frozenset({name}), 64 if wide else 32, divisor, source=source)
+        self.leaves[key] = new
+        if leaf is not None and name in self.used:      # passed undivided so far: divide it
+            self.params = [p for p in self.params if p.name != name]
+            self.used.discard(name)
+            self.use(new)
+        return new
+
+    def use(self, leaf: index.Leaf) -> None:
+        """Called by the renderer for each leaf it writes: adds a runtime integer's parameter."""
+        if leaf.source is None or leaf.name in self.used:
+            return
+        self.used.add(leaf.name)
+        leaf = self.leaves[id(leaf.source) if isinstance(leaf.source, IntProxy) else leaf.source]
+        host = index.Leaf(leaf.name, leaf.deps, source=leaf.source)
+        if leaf.divisor == 1:
+            self.params.append(Param(leaf.name, "int", value=host))
+            return
+        divided = self.names.take(f"{leaf.name}_div{leaf.divisor}")
+        self.params.append(Param(divided, "int", value=index.floordiv(host, leaf.divisor)))
+        self.prelude.append(f"{leaf.name} = {_int64(divided) if leaf.bits == 64 else divided}"
+                            f" * {leaf.divisor}")
+
+    def bound(self, e, comment: str):
+        """e, bound to a name (`r1`) when it is a compound value of the tile."""
+        if e.tiled and not isinstance(e, index.Leaf):
+            self.render.bind(e, self.names.fresh("r"), comment)
+        return e
+
+    def size(self, x, inner: bool = False):
+        """The index node of an integer of the trace: a constant, or a runtime parameter. A
         runtime size used along the innermost dim (`inner`) arrives divided by its guarded
         power-of-two divisor, so Triton can prove what the vectorization analysis proved."""
-        if not isinstance(x, IntProxy):
-            return str(int(x))
-        if id(x) not in self.size_params:
-            self.size_params[id(x)] = len(self.params)
-            self.params.append(Param(x.name, x.name, "int"))
-            self.size_objects.append(x)
-        scale = vectorize.divisor_of(x, self.max_vector)
-        at = self.size_params[id(x)]
-        if inner and self.vectorize and scale > 1 and self.params[at].name == x.name:
+        if _known(x):
+            return index.Const(int(x))
+        scale = vectorize.divisor_of(x, self.max_vector) if inner and self.vectorize else 1
+        leaf = self.leaves.get(id(x))
+        if scale > 1 and (leaf is None or leaf.divisor == 1):
             self.guards.append(("divisible", x, scale))
-            self.params[at] = Param(f"{x.name}_div{scale}", f"{x.name} // {scale}", "int")
-            self.prelude.append(f"{x.name} = {x.name}_div{scale} * {scale}")
-        return x.name
+        return self.runtime_int(x, x.name, scale, bounded=self.narrow)
+
+    def hoist(self, e: index.Expr) -> str:
+        """The kernel name of a compound value the host knows: a parameter the launcher
+        computes (divided by its known divisor, multiplied back in the prelude)."""
+        if e in self.hoisted:
+            return self.hoisted[e]
+        divisor = min(e.divisor, vectorize.DIVISOR_CAP) if self.vectorize else 1
+        name = self.names.fresh("h")
+        wide = divisor > 1 and not self.narrow
+        if divisor > 1:
+            param = self.names.take(f"{name}_div{divisor}")
+            self.prelude.append(f"{name} = {_int64(param) if wide else param} * {divisor}"
+                                f"  # {self.describe(e)}")
+        else:
+            param = name
+            self.prelude.append(f"# {name} = {self.describe(e)}")
+        self.params.append(Param(param, "int", value=index.floordiv(e, divisor)))
+        self.hoisted[e] = name
+        return name
+
+    def describe(self, e) -> str:
+        """e as a comment: Python over the kernel's names."""
+        return index.render_host(e, lambda leaf: leaf.name, top=True)
 
     # ---- loads and values ----------------------------------------------------------------
-    def load(self, t: TensorProxy, idx, mask: str, path: Path, what: str) -> str:
+    def load(self, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         example = self.values.get(id(t))
-        if example is None:     # made by torch in this computation: the launcher makes it
+        argument = example is not None       # the prologue can guard its layout
+        if not argument:    # made by torch in this computation: the launcher makes it
             self.contiguous_inputs.append(t.name)       # contiguous, so its layout is known
-            if all(not isinstance(s, IntProxy) for s in t.shape):
-                return self.load_constant_layout(t, _contiguous_example(t), idx, mask, path,
-                                                 what)
-            example = _contiguous_example(self.originals.get(id(t), t))
-        self.add_pointer(t)
+            constant = all(_known(s) for s in t.shape)
+            example = _contiguous_example(t if constant else self.originals.get(id(t), t))
+        else:
+            constant = False
         terms, outer_strides = [], []
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
-        argument = t.name not in self.contiguous_inputs     # the prologue can guard it
         if argument:    # the kernel reads raw storage: a view with the negative bit must not come
             self.guards.append(("not_neg", t, None))
         for d, (i, s) in enumerate(zip(idx, t.shape)):
-            if not isinstance(s, IntProxy) and s == 1:
+            if _known(s) and s == 1:
                 continue
-            stride = example.stride(original_dims[d])
+            od = d if constant else original_dims[d]
+            stride = example.stride(od)
             if d == inner and stride == 1:
                 if argument:
-                    self.guards.append(("stride_eq", t, (original_dims[d], 1)))
+                    self.guards.append(("stride_eq", t, (od, 1)))
                 terms.append(i)
                 continue
-            outer_strides.append(stride if argument else 1)
+            if d != inner:
+                outer_strides.append(stride if argument or constant else 1)
+            if constant:        # literal strides; int64 where the bounds can pass 2**31
+                terms.append(index.mul(i, stride))
+                continue
             scale = (vectorize.pow2_divisor(stride, self.max_vector)
                      if self.vectorize and argument else 1)
-            od = original_dims[d]
-            pname = f"{t.name}_stride{od}"
-            if not any(p.name.startswith(pname) for p in self.params):
-                if scale > 1:
-                    self.guards.append(("stride_divisible", t, (od, scale)))
-                    self.params.append(Param(f"{pname}_div{scale}",
-                                             f"{t.name}_strides[{od}] // {scale}", "int", t))
-                    self.prelude.append(f"{pname} = {pname}_div{scale} * {scale}")
-                else:
-                    self.params.append(Param(pname, f"{t.name}_strides[{od}]", "int", t))
+            if scale > 1 and Stride(self.originals.get(id(t), t), od) not in self.leaves:
+                self.guards.append(("stride_divisible", t, (od, scale)))
+            leaf = self.runtime_int(Stride(self.originals.get(id(t), t), od),
+                                    f"{t.name}_stride{od}", scale, bounded=False)
             # int64 products: an index of the tile times a large stride can pass 2**31
-            terms.append(_scaled(i, pname, int64=True))
-        inner_stride = example.stride(original_dims[inner]) if t.ndim else 0
-        return self.emit_load(t, example, idx, terms, mask, path, what, inner_stride,
-                              outer_strides)
+            terms.append(index.mul(index.widen(i), leaf))
+        inner_stride = (example.stride(inner if constant else original_dims[inner])
+                        if t.ndim else 0)
+        walks = bool(idx) and t.ndim and index.coefficient(idx[-1], self.cols) == 1
+        inner_path = path if walks else path.broken()
+        return self.emit_load(t, example, index.add(*terms), mask, inner_path, what,
+                              inner_stride, outer_strides, argument)
 
-    def load_constant_layout(self, t, example, idx, mask, path, what) -> str:
-        """A load from a contiguous tensor of constant shape: strides are literals."""
-        self.add_pointer(t)
-        wide = example.numel() >= INT32_LIMIT
-        terms = [i if example.stride(d) == 1 else _scaled(i, example.stride(d), int64=wide)
-                 for d, (i, s) in enumerate(zip(idx, t.shape)) if s != 1]
-        outer = [example.stride(d) for d in range(t.ndim - 1) if t.shape[d] != 1]
-        return self.emit_load(t, example, idx, terms, mask, path, what,
-                              example.stride(t.ndim - 1) if t.ndim else 0, outer)
+    def pointer(self, t) -> str:
+        if id(t) not in self.pointers:
+            self.pointers[id(t)] = self.names.take(f"{t.name}_ptr")
+            self.params.append(Param(self.pointers[id(t)], "pointer",
+                                     tensor=self.originals.get(id(t), t)))
+        return self.pointers[id(t)]
 
-    def add_pointer(self, t) -> str:
-        ptr = f"{t.name}_ptr"
-        if not any(p.name == ptr for p in self.params):
-            self.params.append(Param(ptr, t.name, "pointer", t))
-        return ptr
-
-    def emit_load(self, t, example, idx, terms, mask, path, what, inner_stride,
-                  outer_strides) -> str:
-        ptr = self.add_pointer(t)
-        inner_path = path if (idx and t.ndim and _is_inner_index(idx[-1])) else path.broken()
+    def emit_load(self, t, example, offset, mask, path, what, inner_stride, outer_strides,
+                  argument) -> str:
+        if mask.false:      # no lane of the domain reads it: the value is `other`
+            return self.constant_tile(0, t.dtype)
+        ptr = self.pointer(t)
         def width_at(data_ptr):
-            return vectorize.load_width(inner_path, example.element_size(),
+            return vectorize.load_width(path, example.element_size(),
                                         t.shape[-1] if t.ndim else 1, inner_stride,
                                         outer_strides, data_ptr, self.vectorize)
         width = width_at(_data_ptr(example))
-        if t.name not in self.contiguous_inputs:
+        if argument:
             # the alignment class is guarded both ways: an aligned input never hits an entry
             # built on a misaligned one and narrowed by it
             if width > 1:
@@ -269,19 +423,29 @@ class KernelWriter:
                 self.guards.append(("misaligned", t, vectorize.ACCESS_BYTES))
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
-        offset = " + ".join(terms) or "0"
-        if not _TILE_INDEX.search(offset):      # one element for the whole tile
-            offset = f"tl.full([ROWS, COLS], 0, tl.int32) + {offset}"
-        value = self.let("v", f"tl.load({ptr} + {offset}, mask={mask}, other=0)",
+        if not {"row_arange", "col_arange"} <= offset.deps:    # pointers of the tile's shape
+            offset = index.add(self.zero_tile(), offset)     # (Triton 3.9's interpreter needs it)
+        value = self.let("v", f"tl.load({ptr} + {self.render.expr(offset, top=True)}, "
+                              f"mask={self.mask_name(mask)}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:
             value = self.let("v", f"{value}.to(tl.float32)")
         return value
 
-    def value(self, v, idx, mask: str, path: Path, what: str = "plain") -> str:
-        """Kernel name of the tile holding v at index idx (one index string per dim of v)."""
+    def zero_tile(self) -> index.Leaf:
+        if self.zeros is None:
+            name = self.names.take("zeros")
+            self.lines.append(f"{name} = tl.full([ROWS, COLS], 0, tl.int32)")
+            self.zeros = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
+        return self.zeros
+
+    def value(self, v, idx, mask, path: Path, what: str = "plain") -> str:
+        """Kernel name of the tile holding v at index idx (one index node per dim of v), under
+        `mask`: every lane the mask keeps has 0 <= idx[d] < v.shape[d]."""
         if not isinstance(v, TensorProxy):
-            return _literal(v) if not isinstance(v, IntProxy) else self.size(v)
+            if _known(v):
+                return _literal(v)
+            return self.render.expr(self.size(v), top=True)
         key = (id(v), tuple(idx), mask)
         if key in self.memo:
             return self.memo[key]
@@ -292,7 +456,10 @@ class KernelWriter:
         return result
 
 
-_TILE_INDEX = re.compile(r"\b(rows|cols|o\d+|r\d+)\b")
+def _int64(name: str) -> str:
+    """A scalar parameter in int64 (`tl.cast`: Triton passes an integer equal to 1 as a Python
+    int, which has no `.to`)."""
+    return f"tl.cast({name}, tl.int64)"
 
 
 def _contiguous_example(t):
@@ -302,19 +469,6 @@ def _contiguous_example(t):
 def _data_ptr(example) -> int:
     """Base address of an example input; 0 (aligned) for a tensor torch allocates at run time."""
     return 0 if example.device.type == "meta" else example.data_ptr()
-
-
-def _scaled(i: str, stride, int64: bool) -> str:
-    """Source of index `i` times `stride`, in int64 when asked and `i` is an index of the tile
-    (a constant index stays a Python int, which has no `.to`)."""
-    if int64 and _TILE_INDEX.search(i):
-        return f"({i}).to(tl.int64) * {stride}"
-    return f"({i}) * {stride}"
-
-
-def _is_inner_index(i: str) -> bool:
-    """Whether an index expression walks the domain's columns one element at a time."""
-    return i.startswith("cols")
 
 
 # ---- per-prim lowering rules: (writer, eqn, idx, mask, path) -> value name --------------------
@@ -378,28 +532,14 @@ def _full(w, eqn, idx, mask, path):
     dtype, value = _compute_dtype(eqn.params["dtype"]), eqn.params["value"]
     if _is_negative_zero(value):
         return w.let("v", NEGATIVE_ZERO)
-    return w.let("v", f"tl.full([ROWS, COLS], {w.value(value, [], '', path)}, {TL_DTYPE[dtype]})")
-
-
-def _offset(i: str, sign: str, by: str) -> str:
-    """`i + by` or `i - by` (sign "+" or "-"), folding an `i` of the form `j - by` or `j + by`
-    back to `j` (index expressions are sums, so the last term is top-level)."""
-    if by == "0":
-        return i
-    undo = f" {'-' if sign == '+' else '+'} {by}"
-    if i.endswith(undo):
-        return i[:-len(undo)]
-    return f"{i} {sign} {by}"
+    return w.let("v", f"tl.full([ROWS, COLS], {w.value(value, [], index.TRUE, path)}, {TL_DTYPE[dtype]})")
 
 
 def _slice(w, eqn, idx, mask, path):
     t, starts, stops, steps = eqn.args
     new, inner = [], len(idx) - 1
     for d, (i, start, step) in enumerate(zip(idx, starts, steps)):
-        s = w.size(start, inner=d == inner)
-        expr = i if step == 1 else f"({i}) * {step}"
-        expr = _offset(expr, "+", s)
-        new.append(expr)
+        new.append(index.add(index.mul(i, step), w.size(start, inner=d == inner)))
         if d == inner:
             path = path.through(start, t.shape[d]) if step == 1 else path.broken()
     return w.value(t, new, mask, path, "slice")
@@ -407,53 +547,60 @@ def _slice(w, eqn, idx, mask, path):
 
 def _pad(w, eqn, idx, mask, path):
     t, config = eqn.args
-    new, conds, inner = [], [], len(idx) - 1
+    new, valid, inner = [], index.TRUE, len(idx) - 1
     for d, (i, (lo, hi)) in enumerate(zip(idx, config)):
-        if not isinstance(lo, IntProxy) and not isinstance(hi, IntProxy) and lo == hi == 0:
+        if _known(lo) and _known(hi) and lo == hi == 0:
             new.append(i)
             continue
-        lo_s, size_s = w.size(lo, inner=d == inner), w.size(t.shape[d], inner=d == inner)
-        conds.append(f"({i} >= {lo_s})")
-        conds.append(f"({i} < {lo_s} + {size_s})")
-        new.append(_offset(i, "-", lo_s))
+        lo_i, size_i = w.size(lo, inner=d == inner), w.size(t.shape[d], inner=d == inner)
+        valid = valid & index.at_least(i, lo_i) & index.less(i, index.add(lo_i, size_i))
+        new.append(index.add(i, index.mul(lo_i, -1)))
         if d == inner:
             path = path.through(lo, hi, t.shape[d])
-    valid = w.let("m", " & ".join(conds), "inside the unpadded input")
-    inner_value = w.value(t, new, f"{mask} & {valid}", path, "pad")
-    pad_value = w.value(eqn.params["value"], [], "", path)
-    return w.let("v", f"tl.where({valid}, {inner_value}, {pad_value})")
+    pad_value = eqn.params["value"]
+    if valid.false:
+        return w.constant_tile(pad_value, eqn.out.dtype)
+    cond = w.mask_name(valid, "inside the unpadded input") if valid.atoms else None
+    inner_value = w.value(t, new, mask & valid, path, "pad")
+    if cond is None:
+        return inner_value
+    return w.let("v", f"tl.where({cond}, {inner_value}, "
+                      f"{w.value(pad_value, [], index.TRUE, path)})")
 
 
 def _cat(w, eqn, idx, mask, path):
     pieces, d = eqn.args[0], eqn.params["dim"]
-    i = idx[d]
-    offset_names = _offsets(w, pieces, d, inner=d == len(idx) - 1)
-    values = []
-    for k, p in enumerate(pieces):
-        lo, hi = offset_names[k], offset_names[k + 1]
-        lower = "" if lo == "0" else f" & ({i} >= {lo})"
-        cond = w.let("m", f"{mask}{lower} & ({i} < {hi})", f"cat piece {k} of {len(pieces)}")
-        piece_idx = list(idx)
-        piece_idx[d] = _offset(i, "-", lo)
-        piece_path = path.through(*_boundaries(pieces, d, k)) if d == len(idx) - 1 else path
-        values.append(w.value(p, piece_idx, cond, piece_path,
-                              f"cat piece {k} of {len(pieces)}"))
-    result = values[-1]
-    for k in range(len(pieces) - 2, -1, -1):
-        result = w.let("v", f"tl.where({i} < {offset_names[k + 1]}, {values[k]}, {result})")
-    return result
-
-
-def _offsets(w, pieces, d, inner: bool):
-    """Source for each piece's start offset along the cat dim, and the total at the end."""
-    names = ["0"]
+    i, inner = idx[d], d == len(idx) - 1
+    offsets = [index.Const(0)]
     for p in pieces:
-        size, total = w.size(p.shape[d], inner), names[-1]
-        if total.isdigit() and size.isdigit():
-            names.append(str(int(total) + int(size)))
-        else:
-            names.append(size if total == "0" else w.let("c", f"{total} + {size}"))
-    return names
+        offsets.append(index.add(offsets[-1], w.size(p.shape[d], inner)))
+    values, live = [], []
+    for k, p in enumerate(pieces):
+        # lanes the mask keeps have 0 <= i < the cat's extent: the outer bounds go unsaid
+        piece = (index.at_least(i, offsets[k]) if k else index.TRUE) & (
+            index.less(i, offsets[k + 1]) if k < len(pieces) - 1 else index.TRUE)
+        if piece.false:
+            continue
+        what = f"cat piece {k} of {len(pieces)}"
+        piece_mask = mask & piece
+        if piece.atoms:
+            w.mask_name(piece_mask, what)
+        piece_idx = list(idx)
+        piece_idx[d] = index.add(i, index.mul(offsets[k], -1))
+        piece_path = path.through(*_boundaries(pieces, d, k)) if inner else path
+        values.append(w.value(p, piece_idx, piece_mask, piece_path, what))
+        live.append(k)
+    result = values[-1]
+    for value, k in zip(reversed(values[:-1]), reversed(live[:-1])):
+        cond = index.less(i, offsets[k + 1])
+        if cond.false:
+            continue
+        if not cond.atoms:
+            result = value
+            continue
+        cond = w.render.atom(w.tiled_atom(cond.atoms[0]))
+        result = w.let("v", f"tl.where({cond}, {value}, {result})")
+    return result
 
 
 def _boundaries(pieces, d, k):
@@ -467,10 +614,9 @@ def _broadcast(w, eqn, idx, mask, path):
     new = []
     for j, d in enumerate(dims):
         s = t.shape[j]
-        broadcast = not isinstance(s, IntProxy) and s == 1 and not (
-            not isinstance(shape[d], IntProxy) and shape[d] == 1)
-        new.append("0" if broadcast else idx[d])
-    if t.ndim and (len(idx) - 1 not in dims or new[-1] == "0"):
+        broadcast = _known(s) and s == 1 and not (_known(shape[d]) and shape[d] == 1)
+        new.append(index.Const(0) if broadcast else idx[d])
+    if t.ndim and (len(idx) - 1 not in dims or new[-1] == index.Const(0)):
         path = path.broken()
     return w.value(t, new, mask, path)
 
@@ -486,24 +632,22 @@ def _permute(w, eqn, idx, mask, path):
     return w.value(t, new, mask, path)
 
 
-def _linear(w, idx, shape) -> str:
-    """Row-major linear index of idx in shape, innermost term first."""
-    if not idx:
-        return "0"
-    linear, stride = idx[-1], w.size(shape[-1])
-    for i, s in zip(reversed(idx[:-1]), reversed(shape[:-1])):
-        linear = f"{linear} + ({i}) * {stride}"
-        stride = f"{stride} * {w.size(s)}"
+def _linear(w, idx, shape):
+    """Row-major linear index of idx in shape."""
+    linear, stride = index.Const(0), index.Const(1)
+    for i, s in zip(reversed(idx), reversed(shape)):
+        linear = index.add(linear, index.mul(i, stride))
+        stride = index.mul(stride, w.size(s))
     return linear
 
 
-def _delinear(w, flat: str, shape) -> list:
+def _delinear(w, flat, shape) -> list:
     """Index in shape of the row-major linear index `flat`."""
-    new, inner = [], "1"
+    new, inner = [], index.Const(1)
     for s in reversed(shape):
-        new.append(f"({flat} // ({inner})) % {w.size(s)}" if inner != "1" else
-                   f"{flat} % {w.size(s)}")
-        inner = w.size(s) if inner == "1" else f"{inner} * {w.size(s)}"
+        size = w.size(s)
+        new.append(index.mod(index.floordiv(flat, inner), size))
+        inner = index.mul(inner, size)
     return list(reversed(new))
 
 
@@ -528,25 +672,22 @@ def _inner_split(shape, in_shape):
 
 def _reshape(w, eqn, idx, mask, path):
     t, shape = eqn.args
-    kept_out = [i for i, s in zip(idx, shape) if isinstance(s, IntProxy) or s != 1]
-    kept_in = [s for s in t.shape if isinstance(s, IntProxy) or s != 1]
+    kept_out = [i for i, s in zip(idx, shape) if not _known(s) or s != 1]
+    kept_in = [s for s in t.shape if not _known(s) or s != 1]
     if len(kept_out) == len(kept_in) and all(
             same_size(a, b) for a, b in
-            zip(kept_in, [s for s in shape if isinstance(s, IntProxy) or s != 1])):
+            zip(kept_in, [s for s in shape if not _known(s) or s != 1])):
         it = iter(kept_out)
-        new = [next(it) if isinstance(s, IntProxy) or s != 1 else "0" for s in t.shape]
+        new = [next(it) if not _known(s) or s != 1 else index.Const(0) for s in t.shape]
         return w.value(t, new, mask, path)
     j = _inner_split(shape, t.shape)
     if j is not None:       # the innermost input index stays cols + (split dims) * extents
         inner = _linear(w, idx[j:], shape[j:])
-        if j:
-            outer = w.let("r", _linear(w, idx[:j], shape[:j]), "outer index through a reshape")
-            new = _delinear(w, outer, t.shape[:-1]) + [inner]
-        else:
-            new = ["0"] * (t.ndim - 1) + [inner]
-        inner_path = path.through(shape[-1]) if _is_inner_index(idx[-1]) else path.broken()
-        return w.value(t, new, mask, inner_path)
-    flat = w.let("r", _linear(w, idx, shape), "linear index through a reshape")
+        outer = w.bound(_linear(w, idx[:j], shape[:j]), "outer index through a reshape")
+        new = _delinear(w, outer, t.shape[:-1]) + [inner]
+        walks = index.coefficient(idx[-1], w.cols) == 1
+        return w.value(t, new, mask, path.through(shape[-1]) if walks else path.broken())
+    flat = w.bound(_linear(w, idx, shape), "linear index through a reshape")
     return w.value(t, _delinear(w, flat, t.shape), mask, path.broken())
 
 
@@ -605,59 +746,81 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     if merged is not None:
         w.stride_dims, w.originals = merged.stride_dims, merged.originals
         w.guards += [("strides_compose", t, dims) for t, dims in merged.contiguity]
+    # Logical indices (rows, outer indices, reshaped flat indices) are int32 when every tensor
+    # of the group has fewer than 2**31 elements (guarded for runtime shapes); offsets into
+    # inputs are int64 products either way.
+    w.narrow = _narrow_indices(eqns, outputs, w.guards)
     sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
-    cols_extent = sizes[-1]
     # Column indices are int32 unless the innermost extent may reach 2**31.
     wide_cols = vectorize.hint_of(domain[-1]) >= INT32_LIMIT // 2
     if isinstance(domain[-1], IntProxy) and not wide_cols:
         w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
-    rows_extent = product(sizes[:-1])
-    # Logical indices (rows, outer indices, reshaped flat indices) are int32 when every tensor
-    # of the group has fewer than 2**31 elements (guarded for runtime shapes); offsets into
-    # inputs are int64 products either way.
-    narrow = _narrow_indices(eqns, outputs, w.guards)
-    outer = [f"o{d}" for d in range(len(domain) - 1)]
-    header = [f"# Tile [ROWS, COLS] of the output domain [{', '.join(sizes)}]; COLS walks the "
-              "innermost dim",
-              "pid = tl.program_id(0)",
-              f"col_blocks = ({cols_extent} + COLS - 1) // COLS",
-              "rows = (pid // col_blocks)" + ("" if narrow else ".to(tl.int64)")
-              + " * ROWS + tl.arange(0, ROWS)[:, None]",
-              "# VEC caps the contiguity Triton may assume along COLS, so the access width",
-              "cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
-              + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]",
-              f"in_domain = (rows < {rows_extent}) & (cols < {cols_extent})"]
-    if outer:
-        header.append("# Outer indices of the output, from the row index")
-        inner = None
-        for d in range(len(outer) - 1, -1, -1):
-            base = "rows" if inner is None else f"(rows // ({inner}))"
-            header.append(f"{outer[d]} = {base} % {sizes[d]}" if d else f"o0 = {base}")
-            inner = sizes[d] if inner is None else f"{inner} * {sizes[d]}"
-    w.lines.append("# Values, as functions of the output index")
-    index = outer + ["cols"] if outputs[0].shape else ["cols"]
+    rows_extent = index.Const(1)
+    for s in sizes[:-1]:
+        rows_extent = index.mul(rows_extent, s)
+    cols_extent = sizes[-1]
+    # Bounds of the tile indices are over the lanes inside the domain (masks keep no other)
+    w.rows = index.Leaf("rows", frozenset({"pid", "row_arange"}), 32 if w.narrow else 64, 1, 0,
+                        rows_extent.value if isinstance(rows_extent, index.Const) else None)
+    w.cols = index.Leaf("cols", frozenset({"pid", "col_arange"}), 64 if wide_cols else 32, 1, 0,
+                        cols_extent.value if isinstance(cols_extent, index.Const)
+                        else INT32_LIMIT // 2)
+    in_domain = index.Mask((index.Less(w.rows, rows_extent), index.Less(w.cols, cols_extent)))
+    body = w.lines
+    body.append(f"# Tile [ROWS, COLS] of the output domain "
+                f"[{', '.join(w.describe(s) for s in sizes)}]; COLS walks the innermost dim")
+    body.append("pid = tl.program_id(0)")
+    body.append(f"col_blocks = ({w.render.expr(cols_extent)} + COLS - 1) // COLS")
+    body.append("rows = (pid // col_blocks)" + ("" if w.narrow else ".to(tl.int64)")
+                + " * ROWS + tl.arange(0, ROWS)[:, None]")
+    body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
+    body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
+                + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
+    w.render.bind(in_domain, "in_domain")
+    outer = []
+    if len(domain) > 1:
+        body.append("# Outer indices of the output, from the row index")
+        inner = index.Const(1)
+        for d in range(len(domain) - 2, -1, -1):
+            o = index.mod(index.floordiv(w.rows, inner), sizes[d]) if d else index.floordiv(
+                w.rows, inner)
+            if o.tiled and not isinstance(o, index.Leaf):
+                w.render.bind(o, w.names.take(f"o{d}"))
+            outer.insert(0, o)
+            inner = index.mul(inner, sizes[d])
+    body.append("# Values, as functions of the output index")
+    point = outer + [w.cols]
     start = Path().through(domain[-1])
     stores = []
     for k, out in enumerate(outputs):
-        val = w.value(out, index if out.shape else [], "in_domain", start)
+        val = w.value(out, point if out.shape else [], in_domain, start)
         width = vectorize.store_width(out.dtype.itemsize, domain[-1], vectorize_enabled)
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
         w.itemsizes.append(out.dtype.itemsize)
-        w.params.append(Param(f"out{k}_ptr", f"out{k}", "pointer"))
-        stores.append(f"tl.store(out{k}_ptr + rows * {cols_extent} + cols, "
+        ptr = w.names.take(f"out{k}_ptr")
+        w.params.append(Param(ptr, "pointer", output=k))
+        offset = index.add(index.mul(w.rows, cols_extent), w.cols)
+        stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
                       f"# {out.name}, {width} per access")
+    # the stores' offsets may bind names: they go before the stores
     signature = ", ".join([p.name for p in w.params]
                           + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"])
-    prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two divisor"
-               ] + w.prelude if w.prelude else []
-    body = prelude + header + w.lines + ["# Stores"] + stores
+    prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two "
+               "divisor; h*: values the launcher computes"] + w.prelude if w.prelude else []
+    body = prelude + body + ["# Stores"] + stores
     pointers = [p.name for p in w.params if p.kind == "pointer"]
     decorator = "@triton.jit" if vectorize_enabled else (
         "# The vectorization analysis is off: pointer alignment stays unknown to Triton\n"
         f"@triton.jit(do_not_specialize_on_alignment={pointers})")
     source = "{}\ndef {}({}):\n{}\n".format(
         decorator, name, signature, "\n".join("    " + line for line in body))
-    return Lowered(name, source, w.params, w.accesses, w.guards,
-                   rows_extent, cols_extent, list(outputs), w.itemsizes, w.size_objects,
-                   sorted(set(w.contiguous_inputs)), vectorize_enabled, allocated)
+    size_vars = []
+    read = [s for s in allocated] + [leaf.source for p in w.params if p.value is not None
+                                     for leaf in index.leaves(p.value)]
+    for s in read:
+        if isinstance(s, IntProxy) and all(s is not v for v in size_vars):
+            size_vars.append(s)
+    return Lowered(name, source, w.params, w.accesses, w.guards, rows_extent, cols_extent,
+                   list(outputs), w.itemsizes, size_vars, sorted(set(w.contiguous_inputs)),
+                   vectorize_enabled, allocated)

@@ -141,17 +141,14 @@ class TritonExecutor(ir.Executor):
         # Made by torch in this computation: a contiguous stand-in, as the launcher passes it
         example = {a.name: values[id(a)] if id(a) in values else _example_tensor(a, a.device)
                    for a in inputs}
-        example.update({f"{name}_strides": t.stride() for name, t in list(example.items())})
-        example.update({v.name: hint(v) for v in lowered.size_vars})
-        example.update({f"out{k}": _example_tensor(o, "meta")
-                        for k, o in enumerate(lowered.outputs)})
-        example_args = {p.name: eval(p.launch, {}, example) for p in lowered.params}
+        outs = [_example_tensor(o, "meta") for o in lowered.outputs]
+        example_args = {p.name: p.evaluate(example, outs) for p in lowered.params}
         tuning = autotune.choose_config(lowered, kernel, example_args,
                                         [hint(s) for s in lowered.domain], device,
                                         timing=not ctx.explaining)
         config = tuning.config
         launcher, launcher_src = launch.build_launcher(
-            name, lowered, kernel, [a.name for a in args], config, device)
+            name, lowered, kernel, args, config, device)
         prim = FusionPrim(name, "fusion", None, None)
         eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher,
                                       "kernel": f"{name}_kernel"}, tuple(outputs), executor=self)

@@ -27,9 +27,10 @@ def ideal_bytes(record) -> int:
     (tensors told apart by the launch expression that passes them)."""
     seen, total = set(), 0
     for p in record.lowered.params:
-        if p.kind != "pointer" or p.launch in seen:
+        key = p.output if p.tensor is None else p.tensor.name
+        if p.kind != "pointer" or key in seen:
             continue
-        seen.add(p.launch)
+        seen.add(key)
         t = record.example_args[p.name]
         total += math.prod(t.shape) * t.element_size()
     return total
