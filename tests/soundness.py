@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 import ir
 from ir.trace import render_eqn
+from triton_exec import index
+from triton_exec.codegen import Stride
 
 LAYOUTS = ("contiguous", "offset", "wider", "step", "permuted", "expand", "size-1 strides")
 
@@ -106,13 +108,12 @@ def illegal_widths(entry, args) -> list[str]:
     problems = []
     for record in entry.extra.get("triton", ()):
         lowered = record.lowered
-        env = dict(values)
-        env.update({f"{n}_strides": v.stride() for n, v in values.items()
-                    if isinstance(v, torch.Tensor)})
-        for p in lowered.params:
-            if p.kind == "int" and "_div" in p.name:
-                scale = int(p.name.rsplit("_div", 1)[1])
-                raw = eval(p.launch.rsplit(" // ", 1)[0], {}, env)
+        for p in lowered.params:     # a value passed divided: `FloorDiv(value, scale)`
+            if p.kind == "int" and isinstance(p.value, index.FloorDiv):
+                scale = p.value.b.value
+                raw = index.evaluate(p.value.a, lambda leaf: (
+                    values[leaf.source.tensor.name].stride(leaf.source.dim)
+                    if isinstance(leaf.source, Stride) else values[leaf.source.name]))
                 if raw % scale:
                     problems.append(f"{record.name}: {p.name}: {raw} is not a multiple of {scale}")
         merged = {}
