@@ -176,6 +176,12 @@ def same_size(a, b) -> bool:
     return a is b or (not isinstance(a, IntProxy) and not isinstance(b, IntProxy) and a == b)
 
 
+def same_shape(a, b) -> bool:
+    """`same_size` over two shapes: compares symbolic sizes through the trace's own relations,
+    never with `==` (which on proxies would specialize, or fail outside tracing)."""
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
 class TensorProxy(Var):
     """Metadata of a traced tensor. Torch functions and methods on it are recorded as symbols."""
 

@@ -468,9 +468,9 @@ def tensor_method(self, name: str):
 
 # ---- opaque symbols ----------------------------------------------------------------------
 
-def _to_meta(x):
+def _to_meta(x, size=specialize):
     if isinstance(x, TensorProxy):
-        return torch.empty([specialize(s) for s in x.shape], dtype=x.dtype, device="meta")
+        return torch.empty([size(s) for s in x.shape], dtype=x.dtype, device="meta")
     if isinstance(x, IntProxy):
         return specialize(x)
     if isinstance(x, torch.device):
@@ -487,15 +487,18 @@ def _opaque_name(fn) -> str:
     return f"opaque_{name}"
 
 
-def opaque(fn, args, kwargs):
-    """Records a torch function the tracer does not model; torch runs it at call time."""
+def opaque(fn, args, kwargs, shapes=None):
+    """Records a torch function the tracer does not model; torch runs it at call time. Its
+    outputs' metadata come from running it on meta tensors, which specializes every size of its
+    tensor arguments, unless the caller knows the outputs' symbolic `shapes` (a shape rule)."""
     name = getattr(fn, "__name__", repr(fn))
     if name.endswith("_") and not name.endswith("__"):
         raise NotImplementedError(f"in-place torch function {name} is not supported by ir.jit")
     flat, spec = pytree.tree_flatten((args, kwargs))
     devices = [x.device for x in flat if isinstance(x, TensorProxy)]
     devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
-    meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
+    size = specialize if shapes is None else hint
+    meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x, size) for x in flat], spec)
     refuse_in_place(fn, args, kwargs)
     try:
         result = fn(*meta_args, **meta_kwargs)
@@ -509,7 +512,8 @@ def opaque(fn, args, kwargs):
         raise NotImplementedError(
             f"ir.jit cannot trace {name}: it returns {type(result).__name__}, not tensors")
     device = devices[0] if devices else torch.device("cpu")
-    outs = [new_tensor(r.shape, r.dtype, device, _needs_grad(flat)) for r in results]
+    outs = [new_tensor(r.shape if shapes is None else shape, r.dtype, device, _needs_grad(flat))
+            for r, shape in zip(results, shapes or results)]
     args = pytree.tree_unflatten([specialize(x) for x in flat], spec)
     record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1]}, outs)
     if isinstance(result, (tuple, list)):

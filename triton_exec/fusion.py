@@ -16,7 +16,7 @@ import torch
 
 from ir import TensorProxy
 from ir.grad_rules import has_rule
-from ir.proxies import FloatProxy, same_size
+from ir.proxies import FloatProxy, same_shape
 from ir.trace import iter_vars
 from triton_exec.codegen import LOWERING, TL_DTYPE
 
@@ -164,7 +164,7 @@ def merge_siblings(trace, groups, consumers) -> list[list[int]]:
 
 
 def _same_shape(a, b) -> bool:
-    return len(a.shape) == len(b.shape) and all(same_size(x, y) for x, y in zip(a.shape, b.shape))
+    return same_shape(a.shape, b.shape)
 
 
 def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:

@@ -15,7 +15,7 @@ import dataclasses
 import math
 
 from ir import IntProxy, TensorProxy
-from ir.proxies import same_size
+from ir.proxies import same_shape, same_size
 from ir.trace import Eqn
 
 
@@ -59,7 +59,7 @@ def _eqn_allows(eqn, k) -> bool:
         t, shape = args
         dims = eqn.params["dims"]
         return (len(dims) == t.ndim and dims[-(r - k):] == tuple(range(k, r))
-                and tuple(t.shape[-(r - k):]) == tuple(shape[k:]))
+                and same_shape(t.shape[-(r - k):], shape[k:]))
     return True
 
 
