@@ -345,10 +345,46 @@ def clone(input, *, memory_format=torch.preserve_format):
     return copy(input, memory_format or torch.preserve_format)
 
 
-# ---- shape queries -------------------------------------------------------------------------
+# ---- queries: answered from the proxy's metadata (guarded where the answer is a layout's) ------
 
 METHODS["size"] = TensorProxy.size
 HANDLERS[torch.numel] = HANDLERS[torch.Tensor.numel] = TensorProxy.numel
+METHODS["numel"] = METHODS["nelement"] = TensorProxy.numel
+METHODS["dim"] = METHODS["ndimension"] = TensorProxy.dim
+METHODS["element_size"] = lambda input: input.dtype.itemsize
+
+
+@register(torch.is_floating_point, torch.Tensor.is_floating_point, methods=("is_floating_point",))
+def is_floating_point(input):
+    return input.dtype.is_floating_point
+
+
+@register(torch.is_complex, torch.Tensor.is_complex, methods=("is_complex",))
+def is_complex(input):
+    return input.dtype.is_complex
+
+
+@register(torch.Tensor.is_contiguous, methods=("is_contiguous",))
+def is_contiguous(input, memory_format=torch.contiguous_format):
+    return layout_meta(input).is_contiguous(memory_format=memory_format)
+
+
+@register(torch.Tensor.cpu, methods=("cpu",))
+def cpu(input, memory_format=torch.preserve_format):
+    return to(input, "cpu", memory_format=memory_format)
+
+
+def _matrix_transpose(input):
+    if input.ndim < 2:
+        raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got "
+                           f"{input.ndim}-D tensor.")
+    return transpose(input, -2, -1)
+
+
+# Attributes that compute a tensor (`x.T`); real dtypes only, so H and mH are T and mT.
+PROPERTIES = {"T": lambda input: permute(input, tuple(reversed(range(input.ndim)))),
+              "mT": _matrix_transpose}
+PROPERTIES["H"], PROPERTIES["mH"] = PROPERTIES["T"], PROPERTIES["mT"]
 
 
 # ---- views and resizes ---------------------------------------------------------------------

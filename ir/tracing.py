@@ -457,7 +457,11 @@ def _method_call(name, handler, self, *args, **kwargs):
 
 
 def tensor_method(self, name: str):
-    from ir.torch_ops import METHODS
+    """The attribute `name` of a traced tensor: a method, or the value of a property (`x.T`)."""
+    from ir.torch_ops import METHODS, PROPERTIES
+    if name in PROPERTIES:
+        with current().op(f"Tensor.{name}"):
+            return PROPERTIES[name](self)
     if name in METHODS:
         return functools.partial(_method_call, name, METHODS[name], self)
     method = getattr(torch.Tensor, name, None)
