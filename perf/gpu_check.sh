@@ -4,7 +4,7 @@
 #
 #   bash perf/gpu_check.sh            # logs and the report under $OUT (default perf/out)
 #
-# Steps, each under its own time limit (the limits add up to 480 s, so the whole fits in 8 minutes):
+# Steps, each under its own time limit (the limits add up to 520 s, so the whole fits in 9 minutes):
 #   nvidia-smi and versions; CUDA correctness (perf/cuda_check.py: the RoPE, pad/cat/slice and
 #   random programs on CUDA tensors vs eager, compiled Triton); the benchmarks (rope, padcat,
 #   overhead); one autotune report of the seed's RoPE; the pytest suite's correctness cases.
@@ -47,7 +47,15 @@ step versions 30 "$PY" -c "import sys, torch, triton; print(sys.version); print(
 step cuda_check 95 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/cuda_check.py --examples 30
 # benchmarks: tuning on (the executor's default on a GPU), a smaller config space (4: the
 # heuristic and its narrower VECs for bf16). The step limits are estimates: never yet run on a GPU.
-step bench_rope 110 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/rope.py
+# Liger-Kernel's RoPE (a row of the forward + backward table): its wheel, installed with
+# --no-deps into $OUT/liger (not into the environment), from ../shared/wheels or shared/wheels
+liger_wheel=$(ls ../shared/wheels/liger_kernel-*.whl shared/wheels/liger_kernel-*.whl 2>/dev/null | head -1)
+liger_path=""
+if [[ -n "$liger_wheel" ]] && "$PY" -m pip install -q --no-deps --target "$OUT/liger" "$liger_wheel" \
+        > "$OUT/liger_install.log" 2>&1; then
+    liger_path="$OUT/liger"
+fi
+step bench_rope 150 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 PYTHONPATH="$PYTHONPATH${liger_path:+:$liger_path}" "$PY" perf/rope.py
 step bench_padcat 90 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/padcat.py
 step bench_overhead 55 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/overhead.py --seed-size
 step report 45 "$PY" -m triton_exec report --out "$OUT/report"

@@ -16,22 +16,25 @@ def load(name):
     return module
 
 
-@pytest.mark.parametrize("name,cases", [("rope", 2), ("padcat", 5)])
+@pytest.mark.parametrize("name,cases", [("rope", 4), ("padcat", 5)])
 def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, capsys, tmp_path,
                                                                monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
     rows = load(name).main(["--cpu"])
     printed = capsys.readouterr().out
     assert "NOT GPU timings" in printed
+    if name == "rope":      # forward, then forward + backward with the Liger row
+        assert "## RoPE forward + backward, bf16" in printed
     by_case = {}
     for row in rows:
         by_case.setdefault(row.case, []).append(row)
     assert len(by_case) == cases
     for case, case_rows in by_case.items():
-        assert [r.label for r in case_rows] == LABELS
+        training = case.endswith((", x", ", q and k"))     # the forward + backward table
+        assert [r.label for r in case_rows] == LABELS + ["Liger-Kernel"] * training
         for r in case_rows:
             assert f"| {r.label} " in printed
-            if r.label == "torch.compile":
+            if r.label in ("torch.compile", "Liger-Kernel"):
                 assert r.skipped
                 continue
             assert r.ok is True, f"{case} / {r.label}: {r.note}"
