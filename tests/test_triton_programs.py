@@ -3,9 +3,13 @@ eager PyTorch, in both cache modes."""
 import pytest
 from hypothesis import given, note, settings
 
+import math
+
 import ir
-import triton_exec  # noqa: F401  (registers the "triton" executor)
+import triton_exec
+from ir.proxies import hint
 from programs import assert_matches_eager, programs
+from triton_exec import index
 
 RESIZE_AND_ELEMENTWISE = ("arith", "unary", "max_min", "where", "compare", "cast", "index", "cat",
                           "stack", "pad", "reshape", "expand", "layout", "clamp", "pow", "div")
@@ -19,6 +23,21 @@ def check(program, mode):
     assert ir.cache_stats(jfn).hits >= 1
     for trace in ir.last_traces(jfn):
         compile(str(trace), "<trace>", "exec")
+    for record in triton_exec.last_kernels(jfn):
+        check_geometry(record)
+
+
+def check_geometry(record):
+    """Launched lanes (grid x ROWS x COLS) <= 2 x the elements of the domain the kernel tiles,
+    plus one tile: the config is chosen from that domain, after the inner-dim merge."""
+    lowered, config = record.lowered, record.config
+    rows, cols = (index.evaluate(e, lambda leaf: hint(leaf.source))
+                  for e in (lowered.rows, lowered.cols))
+    grid = -(-rows // config.rows) * -(-cols // config.cols)
+    lanes = grid * config.rows * config.cols
+    elements = math.prod(hint(s) for s in lowered.tiled)
+    assert elements == rows * cols
+    assert lanes <= 2 * elements + config.rows * config.cols, (lanes, elements, config)
 
 
 @pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
@@ -32,3 +51,16 @@ def test_programs_match_eager(program, mode):
 @given(program=programs(max_ops=4, op_names=("index", "cat", "pad", "arith"), int_args=True))
 def test_programs_with_int_arguments_match_eager(program):
     check(program, "symbolic values")
+
+
+def test_the_config_is_chosen_from_the_merged_domain():
+    # (256, 2) fp32 merges to [1, 512]: one tile of 512 lanes, not 128 programs of 1024
+    import torch
+    jfn = ir.jit(lambda x: x * 2, executors=["triton"])
+    x = torch.randn(256, 2)
+    assert_close_ = torch.testing.assert_close
+    assert_close_(jfn(x), x * 2)
+    (record,) = triton_exec.last_kernels(jfn)
+    assert tuple(record.lowered.tiled) == (512,)
+    assert (record.config.rows, record.config.cols) == (1, 512)
+    check_geometry(record)

@@ -34,7 +34,7 @@ from ir import IntProxy, TensorProxy
 from ir.proxies import hint, same_size
 from ir.trace import render
 from triton_exec import index, vectorize
-from triton_exec.merge import merge_inner_dims
+from triton_exec.merge import Merged, merge_inner_dims
 from triton_exec.vectorize import Path
 
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
@@ -178,10 +178,11 @@ class Lowered:
     contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
     allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
+    tiled: tuple                # the shape the kernel tiles: after the inner-dim merge
 
     @property
     def domain(self) -> tuple:
-        """The shape the kernel tiles: the outputs' shape, (1,) for a 0-d output."""
+        """The outputs' shape, (1,) for a 0-d output."""
         return self.allocated or (1,)
 
     @property
@@ -732,95 +733,156 @@ def product(terms) -> str:
     return " * ".join(t for t in terms if t != "1") or "1"
 
 
-def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
-    """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel."""
+@dataclasses.dataclass
+class Group:
+    """Step 1's result: a fusion group as plain data, ready to tile."""
+
+    eqns: list                  # after the inner-dim merge
+    outputs: list
+    values: dict                # id(input Var) -> example value
+    allocated: tuple            # the outputs' shape before the merge ((): a 0-d output)
+    domain: tuple               # the shape the kernel tiles (after the merge; (1,) for 0-d)
+    max_vector: int             # 16 bytes of the group's narrowest dtype, in elements
+    merged: Merged | None
+    narrow: bool                # int32 logical indices (see _narrow_indices)
+    wide_cols: bool             # int64 column indices
+    guards: list                # what the facts above rest on
+
+
+@dataclasses.dataclass
+class Tile:
+    """Step 2's result: the domain as index nodes and its [ROWS, COLS] tiling."""
+
+    sizes: list                 # one index node per domain dim
+    rows: index.Leaf            # flattened outer index of each lane
+    cols: index.Leaf            # innermost index of each lane
+    rows_extent: index.Expr
+    cols_extent: index.Expr
+    in_domain: index.Mask
+    outer: list                 # index node of each outer dim, from `rows`
+
+
+def analyze(eqns, outputs, inputs, values) -> Group:
+    """Step 1: merge contiguous inner dims, find the domain, the index widths and their guards."""
     allocated = tuple(outputs[0].shape)
+    guards = []
     merged = merge_inner_dims(eqns, outputs, inputs, values)
     if merged is not None:
         eqns, outputs, values = merged.eqns, merged.outputs, merged.values
+        guards += [("strides_compose", t, dims) for t, dims in merged.contiguity]
     domain = tuple(outputs[0].shape) or (1,)
     itemsizes = [t.dtype.itemsize for e in eqns for t in (*e.input_vars(), *e.outs)
                  if isinstance(t, TensorProxy)]
-    w = KernelWriter(values, {id(o): e for e in eqns for o in e.outs}, vectorize_enabled,
-                     vectorize.ACCESS_BYTES // min(itemsizes))
-    if merged is not None:
-        w.stride_dims, w.originals = merged.stride_dims, merged.originals
-        w.guards += [("strides_compose", t, dims) for t, dims in merged.contiguity]
     # Logical indices (rows, outer indices, reshaped flat indices) are int32 when every tensor
     # of the group has fewer than 2**31 elements (guarded for runtime shapes); offsets into
     # inputs are int64 products either way.
-    w.narrow = _narrow_indices(eqns, outputs, w.guards)
-    sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
+    narrow = _narrow_indices(eqns, outputs, guards)
     # Column indices are int32 unless the innermost extent may reach 2**31.
     wide_cols = vectorize.hint_of(domain[-1]) >= INT32_LIMIT // 2
     if isinstance(domain[-1], IntProxy) and not wide_cols:
-        w.guards.append(("lt", domain[-1], INT32_LIMIT // 2))
+        guards.append(("lt", domain[-1], INT32_LIMIT // 2))
+    return Group(list(eqns), list(outputs), values, allocated, domain,
+                 vectorize.ACCESS_BYTES // min(itemsizes), merged, narrow, wide_cols, guards)
+
+
+def plan_tile(group: Group, w: "KernelWriter") -> Tile:
+    """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
+    tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
+    other), the domain mask and the outer indices."""
+    domain = group.domain
+    sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
     rows_extent = index.Const(1)
     for s in sizes[:-1]:
         rows_extent = index.mul(rows_extent, s)
     cols_extent = sizes[-1]
-    # Bounds of the tile indices are over the lanes inside the domain (masks keep no other)
-    w.rows = index.Leaf("rows", frozenset({"pid", "row_arange"}), 32 if w.narrow else 64, 1, 0,
-                        rows_extent.value if isinstance(rows_extent, index.Const) else None)
-    w.cols = index.Leaf("cols", frozenset({"pid", "col_arange"}), 64 if wide_cols else 32, 1, 0,
-                        cols_extent.value if isinstance(cols_extent, index.Const)
-                        else INT32_LIMIT // 2)
-    in_domain = index.Mask((index.Less(w.rows, rows_extent), index.Less(w.cols, cols_extent)))
+    rows = index.Leaf("rows", frozenset({"pid", "row_arange"}), 32 if group.narrow else 64, 1,
+                      0, rows_extent.value if isinstance(rows_extent, index.Const) else None)
+    cols = index.Leaf("cols", frozenset({"pid", "col_arange"}), 64 if group.wide_cols else 32,
+                      1, 0, cols_extent.value if isinstance(cols_extent, index.Const)
+                      else INT32_LIMIT // 2)
+    outer, inner = [], index.Const(1)
+    for d in range(len(domain) - 2, -1, -1):
+        outer.insert(0, index.mod(index.floordiv(rows, inner), sizes[d]) if d
+                     else index.floordiv(rows, inner))
+        inner = index.mul(inner, sizes[d])
+    in_domain = index.Mask((index.Less(rows, rows_extent), index.Less(cols, cols_extent)))
+    return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer)
+
+
+def build(group: Group, tile: Tile, w: "KernelWriter") -> list:
+    """Step 3: the tile's header, every value as a function of the output index, and the store
+    lines (returned); accesses, parameters and guards collect in `w`."""
+    w.rows, w.cols = tile.rows, tile.cols
     body = w.lines
     body.append(f"# Tile [ROWS, COLS] of the output domain "
-                f"[{', '.join(w.describe(s) for s in sizes)}]; COLS walks the innermost dim")
+                f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost dim")
     body.append("pid = tl.program_id(0)")
-    body.append(f"col_blocks = ({w.render.expr(cols_extent)} + COLS - 1) // COLS")
-    body.append("rows = (pid // col_blocks)" + ("" if w.narrow else ".to(tl.int64)")
+    body.append(f"col_blocks = ({w.render.expr(tile.cols_extent)} + COLS - 1) // COLS")
+    body.append("rows = (pid // col_blocks)" + ("" if group.narrow else ".to(tl.int64)")
                 + " * ROWS + tl.arange(0, ROWS)[:, None]")
     body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
-    body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if wide_cols else "")
+    body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if group.wide_cols else "")
                 + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
-    w.render.bind(in_domain, "in_domain")
-    outer = []
-    if len(domain) > 1:
+    w.render.bind(tile.in_domain, "in_domain")
+    if tile.outer:
         body.append("# Outer indices of the output, from the row index")
-        inner = index.Const(1)
-        for d in range(len(domain) - 2, -1, -1):
-            o = index.mod(index.floordiv(w.rows, inner), sizes[d]) if d else index.floordiv(
-                w.rows, inner)
+        for d in range(len(tile.outer) - 1, -1, -1):
+            o = tile.outer[d]
             if o.tiled and not isinstance(o, index.Leaf):
                 w.render.bind(o, w.names.take(f"o{d}"))
-            outer.insert(0, o)
-            inner = index.mul(inner, sizes[d])
     body.append("# Values, as functions of the output index")
-    point = outer + [w.cols]
-    start = Path().through(domain[-1])
+    point = tile.outer + [tile.cols]
+    start = Path().through(group.domain[-1])
     stores = []
-    for k, out in enumerate(outputs):
-        val = w.value(out, point if out.shape else [], in_domain, start)
-        width = vectorize.store_width(out.dtype.itemsize, domain[-1], vectorize_enabled)
+    for k, out in enumerate(group.outputs):
+        val = w.value(out, point if out.shape else [], tile.in_domain, start)
+        width = vectorize.store_width(out.dtype.itemsize, group.domain[-1], w.vectorize)
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
         w.itemsizes.append(out.dtype.itemsize)
         ptr = w.names.take(f"out{k}_ptr")
         w.params.append(Param(ptr, "pointer", output=k))
-        offset = index.add(index.mul(w.rows, cols_extent), w.cols)
+        offset = index.add(index.mul(tile.rows, tile.cols_extent), tile.cols)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
                       f"# {out.name}, {width} per access")
-    # the stores' offsets may bind names: they go before the stores
+    return stores
+
+
+def render_kernel(name: str, w: "KernelWriter", stores: list) -> str:
+    """Step 4: the @triton.jit function's source."""
     signature = ", ".join([p.name for p in w.params]
                           + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"])
     prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two "
                "divisor; h*: values the launcher computes"] + w.prelude if w.prelude else []
-    body = prelude + body + ["# Stores"] + stores
+    body = prelude + w.lines + ["# Stores"] + stores
     pointers = [p.name for p in w.params if p.kind == "pointer"]
-    decorator = "@triton.jit" if vectorize_enabled else (
+    decorator = "@triton.jit" if w.vectorize else (
         "# The vectorization analysis is off: pointer alignment stays unknown to Triton\n"
         f"@triton.jit(do_not_specialize_on_alignment={pointers})")
-    source = "{}\ndef {}({}):\n{}\n".format(
+    return "{}\ndef {}({}):\n{}\n".format(
         decorator, name, signature, "\n".join("    " + line for line in body))
+
+
+def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
+    """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
+    analyze -> plan the tile -> build the expressions -> render."""
+    group = analyze(eqns, outputs, inputs, values)
+    w = KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
+                     vectorize_enabled, group.max_vector)
+    w.guards += group.guards
+    w.narrow = group.narrow
+    if group.merged is not None:
+        w.stride_dims, w.originals = group.merged.stride_dims, group.merged.originals
+    tile = plan_tile(group, w)
+    stores = build(group, tile, w)
+    source = render_kernel(name, w, stores)
     size_vars = []
-    read = [s for s in allocated] + [leaf.source for p in w.params if p.value is not None
-                                     for leaf in index.leaves(p.value)]
+    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
+                                    for leaf in index.leaves(p.value)]
     for s in read:
         if isinstance(s, IntProxy) and all(s is not v for v in size_vars):
             size_vars.append(s)
-    return Lowered(name, source, w.params, w.accesses, w.guards, rows_extent, cols_extent,
-                   list(outputs), w.itemsizes, size_vars, sorted(set(w.contiguous_inputs)),
-                   vectorize_enabled, allocated)
+    return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
+                   tile.cols_extent, group.outputs, w.itemsizes, size_vars,
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
+                   group.domain)

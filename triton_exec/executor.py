@@ -144,7 +144,7 @@ class TritonExecutor(ir.Executor):
         outs = [_example_tensor(o, "meta") for o in lowered.outputs]
         example_args = {p.name: p.evaluate(example, outs) for p in lowered.params}
         tuning = autotune.choose_config(lowered, kernel, example_args,
-                                        [hint(s) for s in lowered.domain], device,
+                                        [hint(s) for s in lowered.tiled], device,
                                         timing=not ctx.explaining)
         config = tuning.config
         launcher, launcher_src = launch.build_launcher(
