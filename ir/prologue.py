@@ -34,6 +34,8 @@ GUARD_SOURCE = {
     "not_neg": "not {a}.is_neg()",
     "stride_eq": "{a}_strides[{b[0]}] == {b[1]}",
     "stride_divisible": "{a}_strides[{b[0]}] % {b[1]} == 0",
+    "stride_ne": "{a}_strides[{b[0]}] != {b[1]}",
+    "stride_indivisible": "{a}_strides[{b[0]}] % {b[1]} != 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
     "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
     "contiguous": "{a}.is_contiguous() == {b}",

@@ -226,3 +226,18 @@ def test_an_aligned_call_after_a_misaligned_one_gets_wide_accesses(mode):
     assert load_widths(j) == [1]
     call(j, double, torch.randn(8, 32))
     assert (ir.cache_stats(j).misses, ir.cache_stats(j).hits) == (2, 2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("narrow, wide", [
+    (lambda: torch.randn(8, 64)[:, ::2], lambda: torch.randn(8, 32)),            # inner stride
+    (lambda: torch.randn(8, 34)[:, :32], lambda: torch.randn(8, 36)[:, :32]),    # row stride
+])
+def test_a_call_without_the_narrowing_layout_gets_its_own_wide_entry(mode, narrow, wide):
+    j = ir.jit(double, executors=["triton"], cache=mode)
+    call(j, double, narrow())
+    narrow_widths = load_widths(j)
+    call(j, double, wide())
+    assert load_widths(j) > narrow_widths
+    call(j, double, narrow())
+    assert load_widths(j) == narrow_widths and ir.cache_stats(j).misses == 2

@@ -363,7 +363,7 @@ class KernelWriter:
             example = _contiguous_example(t if constant else self.originals.get(id(t), t))
         else:
             constant = False
-        terms, outer_strides = [], []
+        terms, outer_strides, outer_dims = [], [], []
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
         if argument:    # the kernel reads raw storage: a view with the negative bit must not come
@@ -380,6 +380,7 @@ class KernelWriter:
                 continue
             if d != inner:
                 outer_strides.append(stride if argument or constant else 1)
+                outer_dims.append(od)
             if constant:        # literal strides; int64 where the bounds can pass 2**31
                 terms.append(index.mul(i, stride))
                 continue
@@ -395,8 +396,9 @@ class KernelWriter:
                         if t.ndim else 0)
         walks = bool(idx) and t.ndim and index.coefficient(idx[-1], self.cols) == 1
         inner_path = path if walks else path.broken()
+        dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
         return self.emit_load(t, example, index.add(*terms), mask, inner_path, what,
-                              inner_stride, outer_strides, argument)
+                              inner_stride, outer_strides, dims)
 
     def pointer(self, t) -> str:
         if id(t) not in self.pointers:
@@ -406,22 +408,22 @@ class KernelWriter:
         return self.pointers[id(t)]
 
     def emit_load(self, t, example, offset, mask, path, what, inner_stride, outer_strides,
-                  argument) -> str:
+                  dims) -> str:
+        """dims: for an argument (whose layout the prologue guards), the original dim of its
+        innermost dim and those of `outer_strides`; None for a tensor made by torch."""
         if mask.false:      # no lane of the domain reads it: the value is `other`
             return self.constant_tile(0, t.dtype)
         ptr = self.pointer(t)
-        def width_at(data_ptr):
+
+        def width_at(data_ptr, inner=inner_stride, outer=tuple(outer_strides)):
             return vectorize.load_width(path, example.element_size(),
-                                        t.shape[-1] if t.ndim else 1, inner_stride,
-                                        outer_strides, data_ptr, self.vectorize)
+                                        t.shape[-1] if t.ndim else 1, inner, outer, data_ptr,
+                                        self.vectorize)
         width = width_at(_data_ptr(example))
-        if argument:
-            # the alignment class is guarded both ways: an aligned input never hits an entry
-            # built on a misaligned one and narrowed by it
+        if dims is not None:
             if width > 1:
                 self.guards.append(("aligned", t, vectorize.ACCESS_BYTES))
-            elif width_at(0) > 1:
-                self.guards.append(("misaligned", t, vectorize.ACCESS_BYTES))
+            self.guard_narrowing(t, example, width, width_at, dims)
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
         if not {"row_arange", "col_arange"} <= offset.deps:    # pointers of the tile's shape
@@ -432,6 +434,24 @@ class KernelWriter:
         if t.dtype in COMPUTE_DTYPE:
             value = self.let("v", f"{value}.to(tl.float32)")
         return value
+
+    def guard_narrowing(self, t, example, width, width_at, dims):
+        """Guards the class of each layout fact of argument t that alone narrows this access: a
+        misaligned base, an innermost stride other than 1, an outer stride divisible by less
+        (`x_strides[0] % 8 != 0` beside `% 4 == 0`). An input without that narrowing then misses
+        this entry and compiles its own, wider one instead of reusing it."""
+        data_ptr = _data_ptr(example)
+        if width_at(0) > width:
+            self.guards.append(("misaligned", t, vectorize.ACCESS_BYTES))
+        inner_dim, outer_dims = dims
+        if t.ndim and example.stride(inner_dim) != 1 and width_at(data_ptr, inner=1) > width:
+            self.guards.append(("stride_ne", t, (inner_dim, 1)))
+        strides = [example.stride(d) for d in outer_dims]
+        for k, (d, s) in enumerate(zip(outer_dims, strides)):
+            divisor = vectorize.pow2_divisor(s, self.max_vector)
+            wider = width_at(data_ptr, outer=tuple(strides[:k] + [0] + strides[k + 1:]))
+            if divisor < self.max_vector and wider > width:
+                self.guards.append(("stride_indivisible", t, (d, 2 * divisor)))
 
     def zero_tile(self) -> index.Leaf:
         if self.zeros is None:

@@ -19,10 +19,15 @@ rests on is proved, per call, by a guard of the prologue or by Triton's own spec
   `x_strides[d] == x_strides[-1] * P` for each merged dim of size > 1 (a size-1 dim is never
   indexed). A step slice, broadcast, permute or reshape across the innermost dim gives V = 1.
 - Address aligned. Base pointers: 16 bytes, guarded (`x.data_ptr() % 16 == 0`) and specialized
-  by Triton's launch; an entry narrowed by a misaligned pointer guards the opposite, so an aligned
-  input never hits it (it compiles its own, wide entry). Outer strides: divisible by their
-  power-of-two divisor (guarded), passed divided by it (`x_stride0_div4`) and multiplied back by
-  a constant, which is what Triton can prove. Outputs: allocated contiguous by the launcher.
+  by Triton's launch. Outer strides: divisible by their power-of-two divisor (guarded), passed
+  divided by it (`x_stride0_div4`) and multiplied back by a constant, which is what Triton can
+  prove. Outputs: allocated contiguous by the launcher.
+- Widest for each call. A layout fact that alone narrows an access (a misaligned base, an
+  innermost stride other than 1, an outer stride divisible by less than the width needs) has its
+  class guarded exactly (`x.data_ptr() % 16 != 0`, `x_strides[1] != 1`, `x_strides[0] % 8 != 0`),
+  so an input without it misses that entry and compiles its own, wider one. Not guarded so:
+  inner dims that could merge on another input, and runtime sizes (symbolic mode) divisible by
+  more than guarded; an entry may serve those narrower than a fresh compile would.
 - Mask constant over V lanes. Every boundary met (pad widths, slice starts and stops, cat
   offsets, extents) is a multiple of V: a constant of the trace in "constant values" mode (the
   prologue checks every size and value exactly); in "symbolic values" mode a runtime size whose
