@@ -653,10 +653,21 @@ def stack(tensors, dim=0):
     return cat([unsqueeze(t, d) for t in tensors], d)
 
 
-@register(F.pad, torch.constant_pad_nd)
+@register(F.pad)
 def pad(input, pad, mode="constant", value=None):
     if mode != "constant":
         return opaque(F.pad, (input, pad), {"mode": mode, "value": value})
+    return constant_pad(input, pad, value, F.pad)
+
+
+@register(torch.constant_pad_nd)
+def constant_pad_nd(input, pad, value=0):
+    return constant_pad(input, pad, value, torch.constant_pad_nd)
+
+
+def constant_pad(input, pad, value, eager):
+    """A constant pad; `eager` (F.pad or torch.constant_pad_nd, which check the value
+    differently) checks the value on a small tensor of the same rank and widths."""
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ValueError(f"pad: {len(pad)} widths given for a rank-{input.ndim} tensor")
     config = [(0, 0)] * input.ndim
@@ -665,8 +676,10 @@ def pad(input, pad, mode="constant", value=None):
     for (lo, hi), s in zip(config, input.shape):
         if lo + s + hi < 0:
             raise RuntimeError(f"pad: resulting size {hint(lo + s + hi)} is negative")
-    value = stored_scalar(0 if value is None else value, input.dtype,
-                          lambda: torch.constant_pad_nd(_one(input.dtype), (0, 0), value or 0))
+    # eager's check of the value depends on the pad's rank and widths: run it on a small tensor
+    small = [1 + max(0, -hint(lo)) + max(0, -hint(hi)) for lo, hi in config]
+    value = stored_scalar(0 if value is None else value, input.dtype, lambda: eager(
+        torch.zeros(small, dtype=input.dtype), [hint(w) for w in pad], value=value or 0))
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
         return copy(input)      # eager's zero pad is a clone
     return bind(prims.pad, input, tuple(config), value=value)
