@@ -1,0 +1,96 @@
+"""Class 6: unary ops over their whole domain. Each fused unary op matches eager to a few ulp of
+fp32 for values tiny, small, moderate, large and huge, negative, ±0, ±inf and NaN (NaN exactly
+where eager has NaN, signed zeros and infinities exactly); fp16/bf16 inputs, computed in fp32
+and rounded once, to one ulp of their dtype. relu, maximum and minimum keep eager's signed zeros
+and NaNs bit for bit."""
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from semantics import EXAMPLES, assert_bits_equal, grid, jit, laid_out
+
+UNARY = {name: (lambda fn: lambda x: fn(x))(fn) for name, fn in {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sin": torch.sin,
+    "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "relu": torch.relu, "silu": F.silu}.items()}
+ULPS = 4        # fp32 ulps allowed (libdevice: <= 2 for these; eager's own error is ~1)
+RANGES = {      # (lowest, highest) magnitude, drawn log-uniformly, either sign
+    "tiny": (1e-38, 1e-6), "small": (1e-6, 1.0), "moderate": (1.0, 20.0),
+    "large": (20.0, 100.0), "huge": (100.0, 3e38)}
+SPECIAL = (0.0, -0.0, math.inf, -math.inf, math.nan)
+
+
+@st.composite
+def domain_values(draw):
+    n = draw(st.integers(1, 16))
+    values = []
+    for _ in range(n):
+        kind = draw(st.sampled_from(sorted(RANGES) + ["special"]))
+        if kind == "special":
+            values.append(draw(st.sampled_from(SPECIAL)))
+            continue
+        lo, hi = RANGES[kind]
+        magnitude = math.exp(draw(st.floats(math.log(lo), math.log(hi))))
+        values.append(magnitude if draw(st.booleans()) else -magnitude)
+    return values
+
+
+def ulp(t: torch.Tensor) -> torch.Tensor:
+    """The spacing of t's dtype at |t| (the smallest subnormal at 0)."""
+    a = t.abs()
+    return torch.nextafter(a, torch.full_like(a, math.inf)) - a
+
+
+def assert_within_ulps(actual, expected, ulps):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    nan = expected.isnan()
+    assert torch.equal(actual.isnan(), nan), f"NaN differs:\n{actual}\n{expected}"
+    exact = expected.isinf() | (expected == 0)
+    exact_ok = (actual == expected) & (torch.signbit(actual) == torch.signbit(expected))
+    assert bool((exact_ok | ~exact | nan).all()), f"inf/±0 differ:\n{actual}\n{expected}"
+    finite = ~(nan | exact)
+    error = (actual.double() - expected.double()).abs()
+    bound = ulps * ulp(expected).double()
+    bad = finite & (error > bound)
+    assert not bool(bad.any()), (f"more than {ulps} ulp at {expected[bad].tolist()[:4]}: "
+                                 f"got {actual[bad].tolist()[:4]}")
+
+
+@settings(max_examples=EXAMPLES)
+@given(op=st.sampled_from(sorted(UNARY)), values=domain_values(), where=grid,
+       dtype=st.sampled_from([torch.float32, torch.float32, torch.bfloat16, torch.float16]),
+       data=st.data())
+def test_unary_ops_over_their_whole_domain(op, values, where, dtype, data):
+    executor, mode = where
+    x = data.draw(laid_out(torch.tensor(values).to(dtype)))
+    note(f"{op} {dtype} {executor} {mode}: {x.tolist()}")
+    expected = UNARY[op](x)
+    actual = jit(UNARY[op], executor, mode)(x)
+    assert_within_ulps(actual, expected, ULPS if dtype == torch.float32 else 1)
+
+
+SIGNED = (0.0, -0.0, math.nan, 1.0, -1.0)
+
+
+@settings(max_examples=EXAMPLES)
+@given(a=st.lists(st.sampled_from(SIGNED), min_size=5, max_size=5),
+       b=st.lists(st.sampled_from(SIGNED), min_size=5, max_size=5), where=grid,
+       op=st.sampled_from(["torch.maximum(x, y)", "torch.minimum(x, y)", "torch.relu(x)",
+                           "x.clamp(min=0.0)", "x.clamp(max=-0.0)", "-x", "x * -1", "torch.abs(x)",
+                           "torch.where(x > y, x, y)"]))
+def test_signed_zeros_and_nans_as_eager(a, b, where, op):
+    executor, mode = where
+    namespace = {"torch": torch}
+    exec(f"def f(x, y):\n    return {op}\n", namespace)
+    f = namespace["f"]
+    x, y = torch.tensor(a), torch.tensor(b)
+    note(f"{op} {executor} {mode}: {a} {b}")
+    assert_bits_equal(jit(f, executor, mode)(x, y), f(x, y))
+
+
+def test_the_issue_example():
+    x = torch.tensor([1e-6, -1e-6, 1e-30, 20.0, -100.0, 1e30, -0.0])
+    assert_within_ulps(jit(UNARY["tanh"], "triton", "constant values")(x), torch.tanh(x), 2)
