@@ -622,6 +622,8 @@ def getitem(x, index):
 @register(torch.narrow, torch.Tensor.narrow, methods=("narrow",))
 def narrow(input, dim, start, length):
     d = _dim(dim, input.ndim)
+    if start < 0:       # eager wraps a negative start once (its range was checked)
+        start = start + input.shape[d]
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
 
 

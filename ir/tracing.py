@@ -400,31 +400,39 @@ _NOT_CHECKED = frozenset({"to", "size", "type_as", "float", "half", "bfloat16", 
                           "long", "bool", "view"})
 
 
-def _hint_meta(x):
-    """x with meta tensors for proxies and hints for sizes, inside tuples, lists and slices."""
+def _stand_in(x, device: str):
+    """x with empty tensors on `device` for proxies and hints for sizes, inside tuples, lists and
+    slices."""
     if isinstance(x, TensorProxy):
-        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device=device)
     if isinstance(x, IntProxy):
         return x.hint
     if isinstance(x, (tuple, list)):
-        return type(x)(_hint_meta(i) for i in x)
+        return type(x)(_stand_in(i, device) for i in x)
     if isinstance(x, slice):
-        return slice(_hint_meta(x.start), _hint_meta(x.stop), _hint_meta(x.step))
+        return slice(*(_stand_in(i, device) for i in (x.start, x.stop, x.step)))
     return x
 
 
 def eager_checks(func, args, kwargs) -> None:
     """Runs func on meta tensors of the proxies' shapes (sizes at their hints, nothing guarded),
     so a call eager refuses (`x.t()` of a 3-d tensor, `narrow` past the end, clamp without
-    bounds, ...) raises eager's own exception while tracing."""
+    bounds, ...) raises while tracing; where meta refuses, the call is repeated on empty CPU
+    tensors, which raises eager's own exception (meta's type can differ)."""
     if func is None or getattr(func, "__name__", "") in _NOT_CHECKED:
         return
     if not any(isinstance(x, TensorProxy) for x in pytree.tree_flatten((args, kwargs))[0]):
         return
+
+    def run(device):
+        func(*_stand_in(args, device), **{k: _stand_in(v, device) for k, v in kwargs.items()})
+
     try:
-        func(*_hint_meta(args), **{k: _hint_meta(v) for k, v in kwargs.items()})
+        run("meta")
     except NotImplementedError:
         pass        # no meta kernel: the decomposition checks what it needs
+    except Exception:    # noqa: BLE001  (eager decides what is raised)
+        run("cpu")
 
 
 def call_torch(func, args, kwargs):
