@@ -258,8 +258,10 @@ def clamp(input, min=None, max=None):
 
 @register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
 def relu(input, inplace=False):
-    # a select, not clamp(input, 0): its gradient is eager's (0 where input <= 0, NaN passes)
-    return where(METHODS["le"](input, 0), 0, input)
+    # a select, not clamp(input, 0): its gradient is eager's (0 where input <= 0, NaN passes),
+    # and so are its values: -0.0 stays -0.0 (input * 0 there), as eager's clamp_min keeps it
+    zero = where(METHODS["lt"](input, 0), 0, mul(input, 0))
+    return where(METHODS["le"](input, 0), zero, input)
 
 
 @register(F.silu, methods=("silu",))
