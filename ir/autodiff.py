@@ -118,27 +118,101 @@ def autograd_executor(fusion_executor) -> AutogradExecutor:
 
 
 def differentiate(trace: Trace, tctx: TraceContext, cctx: CompileContext, lower):
-    """Replaces each fusion call whose inputs need grad by a differentiable unit.
+    """Replaces the fusion calls whose inputs need grad by differentiable units: one per call,
+    or one for consecutive calls (only host work between them) that share an input needing grad
+    or read each other's outputs, so that their backward is one trace (the two gradients of a
+    fused qkv tensor, from q's and k's kernels, are summed in one backward kernel).
 
     lower(trace, cctx) -> the traces of the passes and executors (the last is what runs).
     Returns (trace, {unit name: backward traces}, host equations the backward traces added,
     which guards may need)."""
     backward_traces, host = {}, []
-    eqns = []
-    for eqn in trace.eqns:
-        if (eqn.prim.kind == "fusion" and any(needs_grad(a) for a in eqn.args)
-                and any(o is not None and o.requires_grad for o in eqn.outs)):
-            eqn, traces, added = _unit(eqn, tctx, cctx, lower)
+    eqns, run = [], []
+
+    def flush():
+        if run:
+            eqn, traces, added = _unit(*_joined(run), tctx, cctx, lower)
             backward_traces[eqn.prim.name] = traces
-            host += added
-        eqns.append(eqn)
+            host.extend(added)
+            eqns.append(eqn)
+            run.clear()
+
+    for eqn in trace.eqns:
+        if _differentiable(eqn):
+            if run and not _related(run, eqn):
+                flush()
+            run.append(eqn)
+        elif run and eqn.prim.kind == "host" and not _reads_outputs(eqn, run):
+            eqns.append(eqn)        # host work between joined calls goes before the unit
+        else:
+            flush()
+            eqns.append(eqn)
+    flush()
     if not backward_traces:
         return trace, {}, []
     return (trace.replace(eqns=tuple(eqns), provenance="Differentiable units"),
             backward_traces, host)
 
 
-def _unit(eqn, tctx, cctx, lower):
+def _differentiable(eqn) -> bool:
+    return (eqn.prim.kind == "fusion" and any(needs_grad(a) for a in eqn.args)
+            and any(o is not None and o.requires_grad for o in eqn.outs))
+
+
+def _reads_outputs(eqn, run) -> bool:
+    produced = {id(o) for e in run for o in e.outs if o is not None}
+    return any(id(v) in produced for v in eqn.input_vars())
+
+
+def _related(run, eqn) -> bool:
+    """Whether eqn shares an input that needs grad with the calls of run, or reads their
+    outputs."""
+    shared = {id(a) for e in run for a in e.args if needs_grad(a)}
+    return _reads_outputs(eqn, run) or any(id(a) in shared for a in eqn.args)
+
+
+def _joined(run):
+    """(a fusion call standing for the calls of run, the function that launches them)."""
+    if len(run) == 1:
+        return run[0], run[0].executor.namespace(run[0])[run[0].prim.name]
+    produced = {id(o) for e in run for o in e.outs if o is not None}
+    args, seen = [], set()
+    for e in run:
+        for a in e.args:
+            if id(a) not in produced and id(a) not in seen:
+                seen.add(id(a))
+                args.append(a)
+    name = f"{run[0].prim.name}_to_{run[-1].prim.name.rsplit('_', 1)[-1]}"
+    eqn = Eqn(Prim(name, "fusion", None, None), tuple(args),
+              {"body": tuple(b for e in run for b in e.params["body"]),
+               "kernel": ", ".join(str(e.params.get("kernel")) for e in run)},
+              tuple(o for e in run for o in e.outs), executor=run[0].executor)
+    return eqn, _sequence(run, args)
+
+
+def _sequence(run, args):
+    """A function of the joined call's arguments that launches each call of run in order and
+    returns all their outputs."""
+    position = {id(a): i for i, a in enumerate(args)}
+    produced, calls, count = {}, [], 0
+    for e in run:
+        sources = [(True, position[id(a)]) if id(a) in position else (False, produced[id(a)])
+                   for a in e.args]
+        for j, o in enumerate(e.outs):
+            produced[id(o)] = count + j
+        count += len(e.outs)
+        calls.append((e.executor.namespace(e)[e.prim.name], sources, len(e.outs)))
+
+    def launch(*values):
+        results = []
+        for fn, sources, n in calls:
+            out = fn(*[values[i] if is_arg else results[i] for is_arg, i in sources])
+            results.extend(out if n > 1 else (out,))
+        return tuple(results)
+    return launch
+
+
+def _unit(eqn, launch, tctx, cctx, lower):
     name = eqn.prim.name
     built, grads, grad_inputs, added = _backward_trace(eqn, tctx, f"{name}_backward")
     bctx = dataclasses.replace(cctx, name=f"{cctx.name}_backward", direction="backward")
@@ -159,7 +233,7 @@ def _unit(eqn, tctx, cctx, lower):
     backward = compile_trace(traces[-1])
     args = tuple(eqn.args) + tuple(sizes)
     unit = DifferentiableUnit(
-        name, eqn.executor.namespace(eqn)[name], len(eqn.args), backward,
+        name, launch, len(eqn.args), backward,
         tuple(primals[id(v)] for v in saved), tuple(grad_of[id(v)] for v in read),
         tuple(grad_inputs), tuple(_reaches(eqn, i) for i in grad_inputs),
         tuple(k for k, o in enumerate(eqn.outs) if o is not None and not o.requires_grad),

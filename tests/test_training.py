@@ -87,10 +87,36 @@ def test_rope_on_a_fused_qkv_tensor(mode):
     (got,) = torch.autograd.grad((q, k), a, (gq, gk))
     (want,) = torch.autograd.grad((eq, ek), b, (gq, gk))
     torch.testing.assert_close(got, want, **BF16)
-    # one backward kernel per forward kernel: q and k of one constant shape are one kernel (in
-    # symbolic mode n_head and n_groups are two runtime sizes: two kernels)
-    assert len(kernels(jfn, "forward")) == len(kernels(jfn, "backward")) == (
-        1 if mode == "constant values" else 2)
+    # q and k of one constant shape are one kernel (in symbolic mode n_head and n_groups are two
+    # runtime sizes: two kernels); their backward to qkv is one kernel either way
+    assert len(kernels(jfn, "forward")) == (1 if mode == "constant values" else 2)
+    assert len(kernels(jfn, "backward")) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rope_on_a_fused_qkv_tensor_with_grouped_kv_heads(mode):
+    # q and k of different shapes: two forward kernels, one differentiable unit, so qkv's
+    # gradient (the sum of q's and k's parts) is one backward kernel, not two and an add
+    B, T, H, G, hs, n = 2, 16, 4, 2, 32, 8
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(B, T, (H + 2 * G) * hs, generator=g).bfloat16()
+    cos, sin = torch.randn(2, T, n, generator=g).bfloat16().unbind(0)
+    jfn = ir.jit(rope_qkv, executors=["triton"], cache=mode)
+    (a, ca, sa), (b, cb, sb) = leaves(qkv, cos, sin), leaves(qkv, cos, sin)
+    nbytes, (q, k) = saved_bytes(jfn, a, ca, sa, H, G, hs, n)
+    assert nbytes <= cos.nbytes + sin.nbytes
+    eq, ek = rope_qkv(b, cb, sb, H, G, hs, n)
+    torch.testing.assert_close((q, k), (eq, ek), **BF16)
+    gq, gk = torch.randn(q.shape, generator=g).bfloat16(), torch.randn(k.shape,
+                                                                       generator=g).bfloat16()
+    (got,) = torch.autograd.grad((q, k), a, (gq, gk), retain_graph=True)
+    (want,) = torch.autograd.grad((eq, ek), b, (gq, gk), retain_graph=True)
+    torch.testing.assert_close(got, want, **BF16)
+    assert len(kernels(jfn, "forward")) == 2 and len(kernels(jfn, "backward")) == 1
+    # only k's gradient asked for: q's part contributes nothing
+    (got_k,) = torch.autograd.grad(k, a, gk)
+    (want_k,) = torch.autograd.grad(ek, b, gk)
+    torch.testing.assert_close(got_k, want_k, **BF16)
 
 
 def test_inputs_without_grad_get_no_gradient_work():
