@@ -165,6 +165,8 @@ TORCH_RENDER = {
     "where": lambda e: f"torch.where({', '.join(render(a) for a in e.args)})",
     "full": lambda e: (f"torch.full({render(e.args[0])}, {render(e.params['value'])}, "
                        f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
+    "arange": lambda e: (f"torch.arange({', '.join(render(a) for a in e.args)}, "
+                         f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
     "reshape": lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
     "permute": lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
     "sum": lambda e: f"{e.args[0].name}.sum({render(e.params['dims'])})",

@@ -181,6 +181,42 @@ def _pair_values(proxy, value, values: dict) -> None:
         values[id(proxy)] = value
 
 
+def capture_sources(fn) -> dict:
+    """name -> (tensor, reader) for the tensors fn reads from its closure and its globals;
+    `reader()` reads the name's current value, as a call of fn would."""
+    code, found = getattr(fn, "__code__", None), {}
+    if code is None:
+        return found
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:      # a cell not filled yet
+            continue
+        if isinstance(value, torch.Tensor):
+            found[name] = (value, lambda cell=cell: cell.cell_contents)
+    for name in code.co_names:
+        value = fn.__globals__.get(name)
+        if isinstance(value, torch.Tensor):
+            found[name] = (value, lambda g=fn.__globals__, name=name: g.get(name))
+    return found
+
+
+def _reader(fn, source, tensor):
+    """How a call reads a captured tensor: from its closure cell or global, else the object."""
+    if source is not None:
+        return capture_sources(fn)[source][1]
+    return lambda: tensor
+
+
+def _reading(prologue, computation, readers):
+    """The prologue and computation of an entry with implicit inputs, taking fn's arguments."""
+    def read(fn):
+        return lambda *args: fn(*args, *[read_one() for read_one in readers])
+    return (dataclasses.replace(prologue, fn=read(prologue.fn),
+                                after_key=read(prologue.after_key)),
+            read(computation))
+
+
 def _check_outputs(x):
     for v in iter_vars(x):
         if not isinstance(v, (TensorProxy, IntProxy)):
@@ -362,12 +398,20 @@ class JitFunction:
 
     def compile(self, args, explaining: bool = False) -> Entry:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
-                           taken=set(self.param_names))
+                           taken=set(self.param_names),
+                           capture_sources={id(t): name for name, (t, _) in
+                                            capture_sources(self.fn).items()})
         grad_mode = torch.is_grad_enabled()
+        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
         with tracing(ctx):
-            inputs = tuple((name, _input_proxy(name, a, ctx, grad_mode)) for name, a in
-                           zip(map(ctx.parameter_name, self.param_names), args))
-            outputs = _check_outputs(self.call_fn([_resolved(value) for _, value in inputs]))
+            names = list(map(ctx.parameter_name, self.param_names))
+            inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
+                                           for name, a in zip(names, args)))
+            outputs = self.call_fn([_resolved(value) for _, value in inputs])
+            outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+        captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
+        args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
+        inputs += captured
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
@@ -390,8 +434,13 @@ class JitFunction:
 
         traces += self.lower(trace, cctx, differentiate)[1:]
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
-        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode)
-        return Entry(prologue, compile_trace(traces[-1]), traces, cctx.extra, cctx.guards,
+        prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
+                                  keyed=len(inputs) - len(captured))
+        computation = compile_trace(traces[-1])
+        if captured:    # implicit inputs: read from their sources at every call
+            readers = [_reader(self.fn, source, tensor) for _, tensor, source in ctx.captures]
+            prologue, computation = _reading(prologue, computation, readers)
+        return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:

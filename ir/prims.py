@@ -109,6 +109,15 @@ cat = define("cat", "tensor", _cat_meta)
 where = define("where", "elementwise", lambda c, a, b: _same(
     next(x for x in (a, b, c) if isinstance(x, TensorProxy)),
     dtype=_first_tensor(a, b).dtype if _first_tensor(a, b) is not None else None))
+def _arange_meta(start, end, step, *, dtype, device):
+    if all(isinstance(v, (int, IntProxy)) for v in (start, end, step)):
+        length = (end - start + step - (1 if step > 0 else -1)) // step
+    else:       # float bounds (constants: the tracer pins them)
+        length = math.ceil((end - start) / step)
+    return [((max(length, 0) if not isinstance(length, IntProxy) else length,), dtype, device)]
+
+
+arange = define("arange", "tensor", _arange_meta)
 full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
 # A copy into new memory (clone, cat of one tensor, zero pad, ...); `may_alias`: eager may
 # return the input itself (`.contiguous()` of a contiguous tensor).

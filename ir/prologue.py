@@ -185,15 +185,20 @@ def _guards_in_order(guards, eqns, input_vars) -> list[str]:
     return lines
 
 
-def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True) -> Prologue:
+def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True,
+                   keyed: int | None = None) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
     host equations, replayed here where a guard needs a derived size; grad_mode: whether the
-    entry was compiled with grad mode on (the cache key holds it too)."""
+    entry was compiled with grad mode on (the cache key holds it too); keyed: how many inputs
+    the cache key covers (the rest, implicit inputs, are checked whole after a key match)."""
     ns = {"torch": torch, "math": math, "Tensor": torch.Tensor, "copysign": math.copysign}
     checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
                             "return False", None)]
-    for name, value in inputs:
+    for i, (name, value) in enumerate(inputs):
+        first = len(checks)
         _check_value(name, value, symbolic, checks, ns, grad_mode)
+        if keyed is not None and i >= keyed:    # an implicit input: the cache key has not seen it
+            checks[first:] = [(full, full) for full, _ in checks[first:]]
     input_vars = [v for _, value in inputs for v in iter_vars(value)]
     strided = {g[1].name: None for g in guards if g[0].startswith("stride")}
     body = [f"{name}_strides = {name}.stride()" for name in strided]   # one query each

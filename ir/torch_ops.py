@@ -719,6 +719,40 @@ def _like_factory(value):
     return factory
 
 
+@register(torch.arange)
+def arange(start, end=None, step=1, *, dtype=None, device=None, layout=None, pin_memory=False,
+           requires_grad=False, out=None):
+    if end is None:
+        start, end = 0, start
+    if hint(step) == 0:
+        raise RuntimeError("step must be nonzero")
+    integral = all(isinstance(hint(v), int) for v in (start, end, step))
+    dtype = dtype or (torch.int64 if integral else torch.get_default_dtype())
+    step = specialize(step)     # its sign decides the length: one entry per step
+    if not integral:            # a float range's length has no size proxy: its bounds are pinned
+        start, end = specialize(start), specialize(end)
+    if (hint(end) - hint(start)) * step < 0:
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+    return bind(prims.arange, start, end, step, dtype=dtype, device=torch.device(device or "cpu"))
+
+
+@register(torch.tensor, torch.as_tensor, torch.scalar_tensor)
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A Python number becomes a 0-d `full`; other data (lists) is a constant torch makes at
+    each call."""
+    if not isinstance(data, (int, float, bool, IntProxy)):
+        return opaque(torch.tensor, (data,), {"dtype": dtype, "device": device})
+    dtype = dtype or torch.tensor(hint(data)).dtype
+    return full((), data, dtype=dtype, device=device)
+
+
+HANDLERS[torch.empty] = _constant_factory(0)     # any value is eager's: zeros are one
+# Torch functions with no tensor argument that traced code may call: the jit's torch function
+# mode routes them here (handlers above, or opaque calls torch runs at each call).
+FACTORIES = frozenset({torch.full, torch.zeros, torch.ones, torch.empty, torch.arange,
+                       torch.tensor, torch.as_tensor, torch.scalar_tensor, torch.rand,
+                       torch.randn, torch.randint, torch.linspace, torch.eye})
+
 HANDLERS[torch.zeros_like] = _like_factory(0)
 HANDLERS[torch.ones_like] = _like_factory(1)
 HANDLERS[torch.full_like] = _like_factory(None)

@@ -17,6 +17,7 @@ import sys
 import inspect
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from ir import prims
@@ -55,6 +56,11 @@ class TraceContext:
         finally:
             self.ops.pop()
     input_layouts: dict = dataclasses.field(default_factory=dict)   # id(input) -> (strides, contiguous)
+    depth: int = 0      # > 0 while tracer code runs: the torch calls made there are its own
+    # tensors the traced code reads without receiving them (closures, globals): implicit inputs
+    captures: list = dataclasses.field(default_factory=list)    # (proxy, tensor, source name)
+    capture_sources: dict = dataclasses.field(default_factory=dict)  # id(tensor) -> source name
+    make_input: object = None           # (name, tensor) -> the proxy of an input (set by the jit)
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -91,24 +97,74 @@ class TraceContext:
             x = self.aliases[id(x)]
         return x
 
+    def run(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs) as tracer code: torch calls inside it are not the user's."""
+        self.depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.depth -= 1
+
+    def capture(self, tensor):
+        """The implicit input standing for a tensor the traced code captured (read at each call
+        from its source, and guarded like an argument)."""
+        for proxy, captured, _ in self.captures:
+            if captured is tensor:
+                return proxy
+        source = self.capture_sources.get(id(tensor))
+        proxy = self.make_input(self.fresh_name(source or "captured"), tensor)
+        self.captures.append((proxy, tensor, source))
+        return proxy
+
+    def captured(self, x):
+        """x with every real tensor inside replaced by its implicit input."""
+        return pytree.tree_map(lambda v: self.capture(v) if type(v) in _REAL_TENSORS else v, x)
+
     # What proxies ask of the active trace (through `ir.proxies.active_trace()`).
     def scalar_op(self, op: str, a, b):
-        return scalar_op(op, a, b)
+        return self.run(scalar_op, op, a, b)
 
     def scalar_unary(self, op: str, a):
-        return scalar_unary(op, a)
+        return self.run(scalar_unary, op, a)
 
     def compare(self, op: str, a, b) -> bool:
-        return compare(op, a, b)
+        return self.run(compare, op, a, b)
 
     def call_torch(self, func, args, kwargs):
-        return call_torch(func, args, kwargs)
+        args, kwargs = self.run(self.captured, (args, kwargs))
+        return self.run(call_torch, func, args, kwargs)
 
     def call_method(self, name: str, tensor, args):
-        return call_method(name, tensor, args)
+        return self.run(call_method, name, tensor, self.run(self.captured, args))
 
     def tensor_method(self, tensor, name: str):
-        return tensor_method(tensor, name)
+        attribute = self.run(tensor_method, tensor, name)
+        if not callable(attribute):
+            return attribute
+        return lambda *args, **kwargs: self.run(attribute, *self.run(self.captured, args),
+                                                **self.run(self.captured, kwargs))
+
+
+_REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+class _TracingMode(TorchFunctionMode):
+    """Catches the torch calls of traced code that no proxy dispatches: factories
+    (`torch.ones(8, device=x.device)`, `torch.arange(n)`) and modeled ops on captured tensors,
+    which become implicit inputs. Calls made by tracer code itself pass through."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.ctx = ctx
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.ctx.depth == 0:
+            from ir.torch_ops import FACTORIES, HANDLERS
+            if func in FACTORIES or (func in HANDLERS and any(
+                    type(v) in _REAL_TENSORS for v in pytree.tree_flatten((args, kwargs))[0])):
+                return self.ctx.call_torch(func, args, kwargs)
+        return func(*args, **kwargs)
 
 
 # Globals of generated traces, prologues and launchers, which a parameter must not shadow.
@@ -126,7 +182,8 @@ def tracing(ctx: TraceContext):
     """Makes ctx the trace that proxies record into, in this thread (or asyncio task) only."""
     token = ACTIVE_TRACE.set(ctx)
     try:
-        yield ctx
+        with _TracingMode(ctx):
+            yield ctx
     finally:
         ACTIVE_TRACE.reset(token)
 
