@@ -407,7 +407,7 @@ class JitFunction:
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
-            outputs = self.call_fn([_resolved(value) for _, value in inputs])
+            outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
             outputs = _check_outputs(ctx.run(ctx.captured, outputs))
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
