@@ -111,3 +111,30 @@ def test_golden_rope_kernel_reads_no_host_value_and_one_offset_product_per_dim()
     for tensor, dims in (("x", 3), ("cos", 1), ("sin", 1)):
         for d in range(dims):
             assert source.count(f"* {tensor}_stride{d}\n") == 1, (tensor, d)
+
+
+def test_a_new_fusible_op_is_one_rule():
+    # fusion, the inner-dim merge and code generation read the rule table keyed by the Prim
+    # object only: registering one rule makes a new elementwise prim fusible and lowered
+    from ir.prims import Prim
+    from ir.proxies import TensorProxy
+    from ir.trace import Eqn
+    from triton_exec import rules
+    square = Prim("square", "elementwise", lambda t: [(t.shape, t.dtype, t.device)])
+    x = TensorProxy("x", (4, 8), torch.float32, torch.device("cpu"))
+    out = TensorProxy("t0", (4, 8), torch.float32, torch.device("cpu"))
+    eqn = Eqn(square, (x,), {}, (out,))
+    assert fusion.refusal(eqn)[0] == "not fusible"
+
+    def lower(w, eqn, idx, mask, path):
+        v = w.value(eqn.args[0], idx, mask, path)
+        return w.let("v", f"{v} * {v}")
+
+    rules.register(square, lower=lower, float_only=True)
+    try:
+        assert fusion.refusal(eqn) is None
+        lowered = codegen.lower_group("k", [eqn], [out], [x], {id(x): torch.randn(4, 8)}, True)
+        assert "v2 = v1 * v1" in lowered.source
+        assert [a.width for a in lowered.accesses] == [4, 4]       # merged to [32]: 16 bytes
+    finally:
+        del rules.RULES[square]

@@ -228,8 +228,8 @@ def test_an_input_only_unused_outputs_depend_on_gets_no_gradient():
 def test_every_fusible_prim_has_a_grad_rule():
     from ir.grad_rules import GRAD_RULES
     from ir.prims import COMPARE, PRIMS
-    from triton_exec.codegen import LOWERING
-    non_differentiable = set(COMPARE) | {"full"}        # bool outputs; no tensor input
-    missing = [name for name in LOWERING
-               if name not in non_differentiable and PRIMS[name] not in GRAD_RULES]
+    from triton_exec.rules import RULES
+    non_differentiable = {PRIMS[name] for name in (*COMPARE, "full")}   # bool out; no input
+    missing = [prim for prim in RULES
+               if prim not in non_differentiable and prim not in GRAD_RULES]
     assert not missing

@@ -30,11 +30,12 @@ import math
 
 import torch
 
-from ir import IntProxy, TensorProxy
-from ir.proxies import hint, same_size
+from ir import IntProxy, TensorProxy, prims
+from ir.proxies import hint, same_shape, same_size
 from ir.trace import render
 from triton_exec import index, vectorize
 from triton_exec.merge import Merged, merge_inner_dims
+from triton_exec.rules import register, rule_of
 from triton_exec.vectorize import Path
 
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
@@ -426,8 +427,7 @@ class KernelWriter:
             self.guard_narrowing(t, example, width, width_at, dims)
         self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
         self.itemsizes.append(example.element_size())
-        if not {"row_arange", "col_arange"} <= offset.deps:    # pointers of the tile's shape
-            offset = index.add(self.zero_tile(), offset)     # (Triton 3.9's interpreter needs it)
+        offset = self.tile_shaped(offset)
         value = self.let("v", f"tl.load({ptr} + {self.render.expr(offset, top=True)}, "
                               f"mask={self.mask_name(mask)}, other=0)",
                          f"{t.name}: {what}, {width} per access")
@@ -453,6 +453,13 @@ class KernelWriter:
             if divisor < self.max_vector and wider > width:
                 self.guards.append(("stride_indivisible", t, (d, 2 * divisor)))
 
+    def tile_shaped(self, offset):
+        """An offset of the tile's shape [ROWS, COLS] (a pointer of another shape than its mask
+        is refused by Triton, and by Triton 3.9's interpreter even where it broadcasts)."""
+        if {"row_arange", "col_arange"} <= offset.deps:
+            return offset
+        return index.add(self.zero_tile(), offset)
+
     def zero_tile(self) -> index.Leaf:
         if self.zeros is None:
             name = self.names.take("zeros")
@@ -472,7 +479,7 @@ class KernelWriter:
             return self.memo[key]
         eqn = self.producers.get(id(v))
         result = (self.load(v, idx, mask, path, what) if eqn is None
-                  else LOWERING[eqn.prim.name](self, eqn, idx, mask, path))
+                  else rule_of(eqn).lower(self, eqn, idx, mask, path))
         self.memo[key] = result
         return result
 
@@ -717,11 +724,90 @@ def _copy(w, eqn, idx, mask, path):
     return w.value(eqn.args[0], idx, mask, path)
 
 
-LOWERING = {"copy": _copy, "convert_element_type": _convert, "where": _where, "full": _full, "slice": _slice,
-            "pad": _pad, "cat": _cat, "broadcast_in_dim": _broadcast, "permute": _permute,
-            "reshape": _reshape}
+# ---- the rule table: what each fusible prim means to this executor -----------------------
+
+def _constant(shape, dims) -> bool:
+    return all(not isinstance(shape[d], IntProxy) for d in dims)
+
+
+def _is(x, value: int) -> bool:
+    """x is the constant `value` (an IntProxy is not: comparing it would specialize it)."""
+    return not isinstance(x, IntProxy) and x == value
+
+
+def _slice_merges(eqn, k) -> bool:
+    t, starts, stops, steps = eqn.args
+    r = t.ndim
+    return (steps[k] == 1 and _constant(starts, [k]) and _constant(stops, [k])
+            and all(_is(starts[d], 0) and same_size(stops[d], t.shape[d]) and steps[d] == 1
+                    for d in range(k + 1, r)))
+
+
+def _slice_merged(eqn, args, params, k, inner):
+    t, starts, stops, _ = args
+    return (t, starts[:k] + (starts[k] * inner,), stops[:k] + (stops[k] * inner,),
+            eqn.args[3][:k + 1]), params
+
+
+def _pad_merges(eqn, k) -> bool:
+    config = eqn.args[1]
+    return _constant(config[k], [0, 1]) and all(_is(lo, 0) and _is(hi, 0)
+                                                for lo, hi in config[k + 1:])
+
+
+def _pad_merged(eqn, args, params, k, inner):
+    config = args[1]
+    return (args[0], config[:k] + ((config[k][0] * inner, config[k][1] * inner),)), params
+
+
+def _broadcast_merges(eqn, k) -> bool:
+    t, shape = eqn.args
+    dims, r = eqn.params["dims"], len(shape)
+    return (len(dims) == t.ndim and dims[-(r - k):] == tuple(range(k, r))
+            and same_shape(t.shape[-(r - k):], shape[k:]))
+
+
+def _broadcast_merged(eqn, args, params, k, inner):
+    t, shape = args
+    return (t, tuple(shape[:k]) + (shape[k] * inner,)), dict(params, dims=params["dims"][:t.ndim])
+
+
+def _full_merged(eqn, args, params, k, inner):
+    return (tuple(args[0][:k]) + (args[0][k] * inner,),), params
+
+
+POW_EXPONENTS = frozenset({1, 2, 3, 4})
+
+
+def _pow_refusal(eqn):
+    exponent = eqn.args[1]
+    if (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+            and float(exponent).is_integer() and int(exponent) in POW_EXPONENTS):
+        return None
+    return (f"pow is fused for the constant exponents {sorted(POW_EXPONENTS)} only, "
+            f"not {exponent!r}")
+
+
+def _never(eqn, k) -> bool:
+    return False
+
+
+register(prims.copy, lower=_copy)
+register(prims.convert_element_type, lower=_convert)
+register(prims.where, lower=_where)
+register(prims.full, lower=_full, merged=_full_merged)
+register(prims.slice_, lower=_slice, view=True, merges=_slice_merges, merged=_slice_merged)
+register(prims.pad, lower=_pad, merges=_pad_merges, merged=_pad_merged)
+register(prims.cat, lower=_cat, merges=lambda eqn, k: eqn.params["dim"] <= k)
+register(prims.broadcast_in_dim, lower=_broadcast, view=True, merges=_broadcast_merges,
+         merged=_broadcast_merged)
+register(prims.permute, lower=_permute, view=True, merges=_never)
+register(prims.reshape, lower=_reshape, view=True, merges=_never)
+_FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div"}
+_ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "neg", "abs", "pow"}
 for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
-    LOWERING[_name] = _elementwise
+    register(prims.PRIMS[_name], lower=_elementwise, float_only=_name in _FLOAT_ONLY,
+             no_bool=_name in _ARITHMETIC, refuse=_pow_refusal if _name == "pow" else None)
 
 
 # ---- the kernel: domain tiling, values, stores ---------------------------------------------
@@ -861,7 +947,7 @@ def build(group: Group, tile: Tile, w: "KernelWriter") -> list:
         w.itemsizes.append(out.dtype.itemsize)
         ptr = w.names.take(f"out{k}_ptr")
         w.params.append(Param(ptr, "pointer", output=k))
-        offset = index.add(index.mul(tile.rows, tile.cols_extent), tile.cols)
+        offset = w.tile_shaped(index.add(index.mul(tile.rows, tile.cols_extent), tile.cols))
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
                       f"# {out.name}, {width} per access")

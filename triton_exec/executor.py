@@ -164,7 +164,7 @@ class TritonExecutor(ir.Executor):
         found = fusion.refusal(eqn.replace(executor=None))
         if found is not None:
             return found
-        if eqn.prim.name in fusion.VIEWS:
+        if fusion.is_view(eqn):
             return "view", "a view outside every fusion group: free on PyTorch"
         return "not fusible", "no fusion group took it"
 

@@ -18,14 +18,16 @@ from ir import TensorProxy
 from ir.grad_rules import has_rule
 from ir.proxies import FloatProxy, same_shape
 from ir.trace import iter_vars
-from triton_exec.codegen import LOWERING, TL_DTYPE
+from triton_exec.codegen import TL_DTYPE
+from triton_exec.rules import rule_of
 
-# What the executor accepts, as data.
+# What the executor accepts, as data; what each prim allows is its rule's (triton_exec.rules).
 FUSIBLE_DTYPES = frozenset(TL_DTYPE) - {torch.int64}
-ARITHMETIC = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "neg", "abs", "pow"})
-FLOAT_ONLY = frozenset({"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div"})
-VIEWS = frozenset({"slice", "reshape", "broadcast_in_dim", "permute"})
-POW_EXPONENTS = frozenset({1, 2, 3, 4})
+
+
+def is_view(eqn) -> bool:
+    rule = rule_of(eqn)
+    return rule is not None and rule.view
 
 
 def device_claimable(device: torch.device) -> bool:
@@ -53,7 +55,8 @@ def refusal(eqn) -> tuple[str, str] | None:
     name = eqn.prim.name
     if eqn.executor is not None:
         return "not fusible", f"already claimed by the {eqn.executor.name} executor"
-    if name not in LOWERING:
+    rule = rule_of(eqn)
+    if rule is None:
         op = eqn.params["fn_name"] if name == "opaque" else name
         return "not fusible", f"{op} is not in the fusible set"
     tensors = [v for v in iter_vars((eqn.args, eqn.outs)) if isinstance(v, TensorProxy)]
@@ -69,21 +72,17 @@ def refusal(eqn) -> tuple[str, str] | None:
     if not has_rule(eqn):       # in grad mode a group's backward is built from the grad rules
         return "needs grad", ("its value needs grad and it has no grad rule: PyTorch runs it "
                               "and records the backward")
-    if name in FLOAT_ONLY and not all(t.dtype.is_floating_point for t in tensors):
+    if rule.float_only and not all(t.dtype.is_floating_point for t in tensors):
         return "dtype not fused", f"{name} is fused on floating-point tensors only"
-    if name in ARITHMETIC and any(t.dtype == torch.bool for t in tensors):
+    if rule.no_bool and any(t.dtype == torch.bool for t in tensors):
         return "dtype not fused", f"{name} on bool tensors is not fused"
-    if name == "pow":
-        exponent = eqn.args[1]
-        if not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
-                and float(exponent).is_integer() and int(exponent) in POW_EXPONENTS):
-            return "not fusible", (f"pow is fused for the constant exponents "
-                                   f"{sorted(POW_EXPONENTS)} only, not {exponent!r}")
-    if name == "full":
-        if eqn.params["dtype"] not in FUSIBLE_DTYPES:
-            return "dtype not fused", f"full of {eqn.params['dtype']} is not fused"
-        if not device_claimable(eqn.params["device"]):
-            return _device_refusal(eqn.params["device"])
+    reason = rule.refuse(eqn) if rule.refuse is not None else None
+    if reason is not None:
+        return "not fusible", reason
+    if "dtype" in eqn.params and eqn.params["dtype"] not in FUSIBLE_DTYPES:
+        return "dtype not fused", f"{name} to {eqn.params['dtype']} is not fused"
+    if "device" in eqn.params and not device_claimable(eqn.params["device"]):
+        return _device_refusal(eqn.params["device"])
     return None
 
 
@@ -104,9 +103,9 @@ def partition(trace) -> list[list[int]]:
         escapes = any(id(o) in escaping for o in eqn.outs)
         all_fused = bool(users) and all(u in groups_of for u in users) and not escapes
         user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
-        if all_fused and (len(user_roots) == 1 or eqn.prim.name in VIEWS):
+        if all_fused and (len(user_roots) == 1 or is_view(eqn)):
             roots = user_roots      # a view read by several groups is recomputed in each
-        elif eqn.prim.name in VIEWS:
+        elif is_view(eqn):
             continue                # a view of a result stays a free torch view
         else:
             roots = {i}
@@ -121,7 +120,7 @@ def partition(trace) -> list[list[int]]:
 def _free(eqn) -> bool:
     """Views, and `.contiguous()` (a copy only where its input is not contiguous): a group of
     these alone is left to torch, which returns the view, or the input itself as eager does."""
-    return eqn.prim.name in VIEWS or (eqn.prim.name == "copy" and eqn.params["may_alias"])
+    return is_view(eqn) or (eqn.prim.name == "copy" and eqn.params["may_alias"])
 
 
 def _ancestors(trace) -> list[set]:

@@ -1,6 +1,7 @@
 """Merging contiguous inner dims of a fusion group into one, so COLS spans them.
 
-A resize on a middle dim of `[1024, 1024, 2]` leaves the innermost extent at 2, which caps the
+Each prim's part (whether dims merge through it, its arguments on merged dims) is its rule's
+(`triton_exec.rules`). A resize on a middle dim of `[1024, 1024, 2]` leaves the innermost extent at 2, which caps the
 vector width at 2. When every tensor of the group is contiguous across dims k..r-1 and nothing but
 dim k is resized, the group computes the same values on tensors viewed as `[..., s_k * P]` with
 P = the product of the inner extents, and every resize boundary on dim k scaled by P; the
@@ -15,8 +16,8 @@ import dataclasses
 import math
 
 from ir import IntProxy, TensorProxy
-from ir.proxies import same_shape, same_size
 from ir.trace import Eqn
+from triton_exec.rules import rule_of
 
 
 @dataclasses.dataclass
@@ -34,33 +35,13 @@ def _constant(shape, dims) -> bool:
     return all(not isinstance(shape[d], IntProxy) for d in dims)
 
 
-def _is(x, value: int) -> bool:
-    """x is the constant `value` (an IntProxy is not: comparing it would specialize it)."""
-    return not isinstance(x, IntProxy) and x == value
-
-
 def _eqn_allows(eqn, k) -> bool:
-    name, args = eqn.prim.name, eqn.args
     tensors = [v for v in (*eqn.input_vars(), *eqn.outs) if isinstance(v, TensorProxy)]
     r = len(eqn.outs[0].shape)
     if not all(_constant(t.shape, range(k, r)) for t in tensors):
         return False
-    if name == "slice":
-        t, starts, stops, steps = args
-        return (steps[k] == 1 and _constant(starts, [k]) and _constant(stops, [k])
-                and all(_is(starts[d], 0) and same_size(stops[d], t.shape[d]) and steps[d] == 1
-                        for d in range(k + 1, r)))
-    if name == "pad":
-        return _constant(args[1][k], [0, 1]) and all(_is(lo, 0) and _is(hi, 0)
-                                                     for lo, hi in args[1][k + 1:])
-    if name == "cat":
-        return eqn.params["dim"] <= k
-    if name == "broadcast_in_dim":
-        t, shape = args
-        dims = eqn.params["dims"]
-        return (len(dims) == t.ndim and dims[-(r - k):] == tuple(range(k, r))
-                and same_shape(t.shape[-(r - k):], shape[k:]))
-    return True
+    merges = rule_of(eqn).merges
+    return merges is None or merges(eqn, k)
 
 
 def _composed_dims(shape, k):
@@ -80,8 +61,7 @@ def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
     """The group rewritten on merged inner dims, or None when no merge applies."""
     r = len(outputs[0].shape)
     tensors = [v for e in eqns for v in (*e.input_vars(), *e.outs) if isinstance(v, TensorProxy)]
-    if any(e.prim.name in ("reshape", "permute") for e in eqns) or any(
-            len(t.shape) != r for t in tensors):
+    if any(len(t.shape) != r for t in tensors):
         return None
     for k in range(0, r - 1):
         if (all(_eqn_allows(e, k) for e in eqns)
@@ -106,19 +86,9 @@ def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
     new_eqns = []
     for e in eqns:
         args, params = tuple(_map(merged, e.args)), dict(e.params)
-        if e.prim.name == "slice":
-            t, starts, stops, _ = args
-            args = (t, starts[:k] + (starts[k] * inner,), stops[:k] + (stops[k] * inner,),
-                    e.args[3][:k + 1])
-        elif e.prim.name == "pad":
-            config = args[1]
-            args = (args[0], config[:k] + ((config[k][0] * inner, config[k][1] * inner),))
-        elif e.prim.name == "broadcast_in_dim":
-            t, shape = args
-            args = (t, tuple(shape[:k]) + (shape[k] * inner,))
-            params["dims"] = e.params["dims"][:t.ndim]
-        elif e.prim.name == "full":
-            args = (tuple(args[0][:k]) + (args[0][k] * inner,),)
+        rewrite = rule_of(e).merged
+        if rewrite is not None:
+            args, params = rewrite(e, args, params, k, inner)
         new_eqns.append(Eqn(e.prim, args, params, tuple(merged(o) for o in e.outs)))
     merged_values, stride_dims, originals, contiguity = {}, {}, {}, []
     for t in inputs:
