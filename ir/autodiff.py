@@ -32,12 +32,13 @@ class DoubleBackwardError(RuntimeError):
 
 @dataclasses.dataclass
 class DifferentiableUnit:
-    """One fusion group made differentiable. Called with the fusion call's arguments followed by
-    the sizes its backward needs."""
+    """One fusion group (or several, see `differentiate`) made differentiable. Called with the
+    fusion call's arguments followed by the sizes its backward needs that they lack."""
 
     name: str
     launch: object              # the fusion call's own function (the forward kernel's launcher)
     arity: int                  # how many of the arguments the launcher takes
+    sizes: tuple                # argument positions of the sizes the backward reads
     backward: object            # the compiled backward trace
     saved: tuple                # argument positions saved for the backward
     grads_read: tuple           # output positions whose gradients the backward reads
@@ -56,7 +57,7 @@ class _UnitFunction(torch.autograd.Function):
         outs = unit.launch(*args[:unit.arity])
         ctx.unit = unit
         ctx.save_for_backward(*[args[i] for i in unit.saved])
-        ctx.sizes = args[unit.arity:]
+        ctx.sizes = [args[i] for i in unit.sizes]
         flat = outs if isinstance(outs, tuple) else (outs,)
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in flat]
         if unit.non_differentiable:
@@ -231,9 +232,10 @@ def _unit(eqn, launch, tctx, cctx, lower):
     traces = [t.replace(inputs=inputs) for t in [built] + traces]
     from ir.jit import compile_trace      # the jit imports this module
     backward = compile_trace(traces[-1])
-    args = tuple(eqn.args) + tuple(sizes)
+    args = tuple(eqn.args) + tuple(v for v in sizes if all(v is not a for a in eqn.args))
     unit = DifferentiableUnit(
-        name, launch, len(eqn.args), backward,
+        name, launch, len(eqn.args), tuple(next(i for i, a in enumerate(args) if a is v)
+                                           for v in sizes), backward,
         tuple(primals[id(v)] for v in saved), tuple(grad_of[id(v)] for v in read),
         tuple(grad_inputs), tuple(_reaches(eqn, i) for i in grad_inputs),
         tuple(k for k, o in enumerate(eqn.outs) if o is not None and not o.requires_grad),

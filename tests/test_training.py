@@ -233,3 +233,17 @@ def test_every_fusible_prim_has_a_grad_rule():
     missing = [prim for prim in RULES
                if prim not in non_differentiable and prim not in GRAD_RULES]
     assert not missing
+
+
+def test_a_training_entry_keeps_no_tensor_alive():
+    import gc
+    import weakref
+    x, cos, sin, n = rope_inputs()
+    jfn = ir.jit(rope, executors=["triton"])
+    x, cos = x.requires_grad_(), cos.requires_grad_()
+    out = jfn(x, cos, sin, n)
+    out.backward(torch.ones_like(out))
+    refs = [weakref.ref(t) for t in (x, cos, sin, out)]
+    del x, cos, sin, out
+    gc.collect()
+    assert all(r() is None for r in refs)
