@@ -241,3 +241,16 @@ def test_a_call_without_the_narrowing_layout_gets_its_own_wide_entry(mode, narro
     assert load_widths(j) > narrow_widths
     call(j, double, narrow())
     assert load_widths(j) == narrow_widths and ir.cache_stats(j).misses == 2
+
+
+def contiguous_then_cast(x):
+    t = x.contiguous()      # torch returns x itself: a view with x's negative bit
+    return t.half(), t
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_torch_made_view_of_a_negative_bit_argument_is_resolved(mode):
+    j = ir.jit(contiguous_then_cast, executors=["triton"], cache=mode)
+    x = torch.rand(4, 8) + 1
+    call(j, contiguous_then_cast, x)
+    call(j, contiguous_then_cast, torch._neg_view(-x))

@@ -115,7 +115,9 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
     constant = all(not isinstance(s, IntProxy) for s in lowered.allocated)   # fold sizes now
     lines = [f"def {name}({', '.join(local[id(a)] for a in args)}):"]
     by_name = {a.name: a for a in args}
-    lines += [f"    {local[id(by_name[t])]} = {local[id(by_name[t])]}.contiguous()"
+    # Made by torch in the computation: a view of an argument (`x.contiguous()`, a reshape)
+    # may carry its negative bit, which the kernel must not read raw (arguments are guarded).
+    lines += [f"    {local[id(by_name[t])]} = {local[id(by_name[t])]}.resolve_neg().contiguous()"
               for t in lowered.contiguous_inputs]
     for p in lowered.params:
         t = p.strided

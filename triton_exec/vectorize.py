@@ -37,7 +37,9 @@ rests on is proved, per call, by a guard of the prologue or by Triton's own spec
   int64 products.
 - The values read are the tensor's. A view with the negative bit (`z.conj().imag`) is resolved by a
   torch op of the trace before any kernel sees it; every argument a kernel reads is guarded
-  `not x.is_neg()`; the conjugate bit exists only on complex tensors, which are refused. Tuple items are paired with
+  `not x.is_neg()`, and every other tensor it reads, made by torch in the computation (perhaps a
+  view of an argument), is resolved by the launcher (`t.resolve_neg().contiguous()`); the
+  conjugate bit exists only on complex tensors, which are refused. Tuple items are paired with
   their proxies by position, so each access is analysed on its own input's layout.
 
 With IR_CHECK_GUARDS=1 (as in the tests) every call also runs the whole prologue of the entry it
