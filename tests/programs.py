@@ -32,13 +32,12 @@ MAX_NUMEL = 2048  # bound on the element count of every generated value
 MAX_RANK = 4
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INPUT_DTYPES = FLOAT_DTYPES + (torch.int32, torch.bool)
-DTYPE_NAMES = {
-    torch.float32: "torch.float32",
-    torch.float16: "torch.float16",
-    torch.bfloat16: "torch.bfloat16",
-    torch.int32: "torch.int32",
-    torch.bool: "torch.bool",
-}
+NARROW_INTS = (torch.int8, torch.uint8, torch.int16)
+ALL_INPUT_DTYPES = INPUT_DTYPES + NARROW_INTS  # programs(input_dtypes=...) for integer programs
+DTYPE_NAMES = {dtype: str(dtype) for dtype in ALL_INPUT_DTYPES}
+# Constants that comparisons meet: not representable in fp16/bf16 (eager rounds them first),
+# rounding ties of bf16 around 0.5, signed zero, ints.
+COMPARE_CONSTANTS = (0.1, -0.3, 0.5 + 2**-9, 0.5 + 2**-8, 1 / 3, -0.0, 0.0, 1, -2, 3)
 INPUT_MAG = {"float": 2.0, "int": 4.0, "bool": 1.0}
 FLOAT_SCALARS = (0.5, 1.5, -0.75, 2.0, -2.5, 0.25)  # exact in fp16 and bf16
 INT_SCALARS = (1, 2, 3, -1, -2)
@@ -75,11 +74,13 @@ class Value:
 
 
 class Pool(list):
-    """The values a program has so far, and the Python int arguments it takes."""
+    """The values a program has so far, the Python int arguments it takes, and the dtypes its
+    casts may target."""
 
-    def __init__(self, values, int_args_allowed: bool):
+    def __init__(self, values, int_args_allowed: bool, dtypes=INPUT_DTYPES):
         super().__init__(values)
         self.int_args_allowed = int_args_allowed
+        self.dtypes = tuple(dtypes)
         self.int_args: dict[str, int] = {}
 
     def literal(self, draw, value: int | None) -> str | None:
@@ -101,6 +102,7 @@ class Step:
     operands: list[Value]
     mag: float
     keeps_exact: bool = True
+    in_place: str | None = None   # the in-place op the step calls (the jit refuses it)
 
 
 @dataclass
@@ -112,6 +114,7 @@ class Program:
     fn: Callable
     inputs: list  # the tensors, then the int arguments
     rounding: torch.dtype | tuple[torch.dtype, ...]
+    in_place: str | None = None  # an in-place op it calls: ir.jit refuses the program naming it
 
     def describe(self) -> str:
         lines = [self.source.rstrip(), "# inputs:"]
@@ -355,14 +358,15 @@ def build_compare(draw, pool):
 
 
 def build_cast(draw, pool):
-    dtype = draw(st.sampled_from(INPUT_DTYPES))
+    dtype = draw(st.sampled_from(pool.dtypes))
     # Truncation to int and the test against zero are discontinuous: only exact values go there.
     x = choose(draw, pool, lambda v: v.exact or kind(dtype) == "float")
     if x is None:
         return None
     methods = {torch.float32: ".float()", torch.float16: ".half()",
                torch.bfloat16: ".bfloat16()", torch.int32: ".int()", torch.bool: ".bool()"}
-    call = draw(st.sampled_from([methods[dtype], f".to({DTYPE_NAMES[dtype]})"]))
+    call = draw(st.sampled_from([methods.get(dtype, f".to({DTYPE_NAMES[dtype]})"),
+                                 f".to({DTYPE_NAMES[dtype]})"]))
     mag = 1.0 if dtype == torch.bool else x.mag
     # Triton's interpreter truncates float -> bf16 where eager and compiled Triton round to
     # nearest even: what follows such a cast is compared at bf16 tolerance.
@@ -508,7 +512,52 @@ def build_layout(draw, pool):
     return Step(expr, [x], x.mag)
 
 
+def build_compare_const(draw, pool):
+    """A comparison of an exact value with a Python constant: eager compares in the value's
+    dtype (the constant rounded to fp16/bf16, wrapped to a narrow int), a boolean exactly."""
+    x = choose(draw, pool, lambda v: numeric(v) and v.exact)
+    if x is None:
+        return None
+    cmp = draw(st.sampled_from([">", "<", ">=", "<=", "==", "!="]))
+    c = draw(st.sampled_from(COMPARE_CONSTANTS))
+    expr = f"{x.name} {cmp} {c!r}" if draw(st.booleans()) else f"{c!r} {cmp} {x.name}"
+    return Step(expr, [x], 1.0)
+
+
+COPY_TEMPLATES = ("{x}.clone()", "{x}.contiguous()", "{x}.to({x}.dtype, copy=True)",
+                  "torch.cat(({x},), dim=-1)", "torch.stack(({x},))", "F.pad({x}, (0, 0))",
+                  "{x}.clone(memory_format=torch.contiguous_format)")
+
+
+def build_copy(draw, pool):
+    """An op that eager returns as new memory (or, `.contiguous()`, possibly its input)."""
+    template = draw(st.sampled_from(COPY_TEMPLATES))
+    x = choose(draw, pool, lambda v: v.rank >= 1 and ("stack" not in template or v.rank < MAX_RANK))
+    if x is None:
+        return None
+    return Step(template.format(x=x.name), [x], x.mag)
+
+
+# name the jit's error names -> template; the jit refuses these (ir.jit has no in-place ops)
+IN_PLACE_TEMPLATES = {
+    "relu": "F.relu({x}.clone(), inplace=True)", "add_": "{x}.clone().add_(1)",
+    "mul_": "{x}.clone().mul_(2)", "relu_": "torch.relu_({x}.clone())",
+    "clamp_": "{x}.clone().clamp_(min=0)"}
+
+
+def build_in_place(draw, pool):
+    """An in-place call on a copy (eager runs it; the jit refuses it naming the op)."""
+    x = choose(draw, pool, lambda v: v.kind == "float")
+    if x is None:
+        return None
+    name = draw(st.sampled_from(sorted(IN_PLACE_TEMPLATES)))
+    return Step(IN_PLACE_TEMPLATES[name].format(x=x.name), [x], 2 * x.mag + 1, in_place=name)
+
+
 OPS: dict[str, Callable] = {
+    "compare_const": build_compare_const,
+    "copy": build_copy,
+    "in_place": build_in_place,
     "arith": build_arith,
     "div": build_div,
     "max_min": build_max_min,
@@ -554,8 +603,10 @@ def related_shape(draw, base: tuple[int, ...]) -> tuple[int, ...]:
 def example_values(shape, dtype, generator) -> torch.Tensor:
     if dtype == torch.bool:
         return torch.rand(shape, generator=generator) < 0.5
-    if dtype == torch.int32:
-        return torch.randint(-4, 5, shape, generator=generator, dtype=torch.int32)
+    if dtype == torch.uint8:
+        return torch.randint(0, 5, shape, generator=generator, dtype=dtype)
+    if not dtype.is_floating_point:
+        return torch.randint(-4, 5, shape, generator=generator, dtype=dtype)
     return (torch.rand(shape, generator=generator) * 4 - 2).to(dtype)
 
 
@@ -614,26 +665,28 @@ def acceptable(t: torch.Tensor) -> bool:
 @st.composite
 def programs(draw, max_ops: int = 6, min_ops: int = 1,
              op_names: Collection[str] | None = None, int_args: bool = False,
-             main_dtypes: Collection[torch.dtype] = FLOAT_DTYPES + (torch.int32,)) -> Program:
+             main_dtypes: Collection[torch.dtype] = FLOAT_DTYPES + (torch.int32,),
+             input_dtypes: Collection[torch.dtype] = INPUT_DTYPES) -> Program:
     """A random program of min_ops..max_ops steps (fewer where no op of op_names applies) over
     1-3 input tensors, returning 1 or 2 tensors. op_names restricts the steps to those entries
     of OPS. With int_args, some slice bounds and pad widths become Python int arguments, passed
     after the tensors (for symbolic-values caching). main_dtypes: the dtype most inputs get is
-    one of these."""
-    builders = [OPS[name] for name in sorted(op_names or OPS)]
+    one of these, the others one of input_dtypes (also what casts target). The "in_place" op
+    only where op_names asks for it: a program with one is refused by ir.jit."""
+    builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     main_dtype = draw(st.sampled_from(list(main_dtypes)))
     base = draw(shapes())
-    pool = Pool([], int_args)
+    pool = Pool([], int_args, input_dtypes)
     for i in range(draw(st.integers(1, 3))):
         shape = base if i == 0 else draw(related_shape(base))
-        dtype = main_dtype if draw(st.integers(0, 2)) else draw(st.sampled_from(INPUT_DTYPES))
+        dtype = main_dtype if draw(st.integers(0, 2)) else draw(st.sampled_from(list(input_dtypes)))
         tensor = draw(layout_tensors(shape, dtype, generator))
         pool.append(Value(f"x{i}", tensor, INPUT_MAG[kind(dtype)], True, torch.float32))
     inputs = [v.tensor for v in pool]
     env = dict(SOURCE_GLOBALS, **{v.name: v.tensor for v in pool})
 
-    lines = []
+    lines, in_place = [], None
     n_ops = draw(st.integers(min_ops, max_ops))
     for _ in range(50 * n_ops):
         if len(lines) == n_ops:
@@ -642,7 +695,13 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
         step = draw(st.sampled_from(builders))(draw, pool)
         if step is not None and step.mag <= MAX_MAG:
             env.update(pool.int_args)
-            tensor = eval(step.expr, env)
+            try:
+                tensor = eval(step.expr, env)
+            except RuntimeError:    # a scalar eager refuses for a narrow int (pad value -1, uint8)
+                step = None
+        if step is not None and tensor.dtype == torch.uint8 and tensor.numel() and int(
+                tensor.max()) > MAX_MAG:    # wrapped below 0: its static bound no longer holds
+            step = None
         if step is None or step.mag > MAX_MAG or not acceptable(tensor):
             pool.int_args = int_args_before
             continue
@@ -655,6 +714,7 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
             roundings += [d for d in dtypes if d in TOLERANCES]
         pool.append(Value(name, tensor, step.mag, exact, loosest(roundings)))
         lines.append(f"    {name} = {step.expr}")
+        in_place = in_place or step.in_place
 
     results = [pool[-1]]
     if draw(st.booleans()):
@@ -665,4 +725,4 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     source = "\n".join([f"def program({args}):", *lines, f"    return {returned}"]) + "\n"
     rounding = tuple(v.rounding for v in results)
     return Program(source, compile_source(source), inputs,
-                   rounding[0] if len(results) == 1 else rounding)
+                   rounding[0] if len(results) == 1 else rounding, in_place)
