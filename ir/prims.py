@@ -144,7 +144,10 @@ for _name in BINARY:
 for _name in COMPARE:
     define(_name, "elementwise", lambda a, b: _same(_first_tensor(a, b), dtype=torch.bool))
 
+# A torch call the tracer does not model; one returning a sequence of one tensor (`x.split`)
+# is indexed, so its single output names the tensor, not the sequence.
 opaque = define("opaque", "opaque", None,
                 lambda eqn: f"{eqn.params['fn_name']}({', '.join(render(a) for a in eqn.args)}"
                             + "".join(f", {k}={render(v)}" for k, v in eqn.params['kwargs'].items())
-                            + ")")
+                            + ")" + ("[0]" if eqn.params.get("sequence") and len(eqn.outs) == 1
+                                     else ""))

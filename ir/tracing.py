@@ -584,7 +584,8 @@ def opaque(fn, args, kwargs, shapes=None):
     outs = [new_tensor(r.shape if shapes is None else shape, r.dtype, device, _needs_grad(flat))
             for r, shape in zip(results, shapes or results)]
     args = pytree.tree_unflatten([specialize(x) for x in flat], spec)
-    record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1]}, outs)
+    record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1],
+                                   "sequence": isinstance(result, (tuple, list))}, outs)
     if isinstance(result, (tuple, list)):
         return type(result)(outs) if isinstance(result, list) else tuple(outs)
     return outs[0]

@@ -16,6 +16,9 @@ RETURNS = {
     "list_with_input": lambda x: [x, x.sum(0), x * 2],
     "tuple_with_view": lambda x: (x[0], x * 3),
     "empty_list": lambda x: [],
+    "nested": lambda x: [x * 2, (x + 1, [x])],
+    "split": lambda x: x.split(1, 0),
+    "unbind_list": lambda x: list(torch.unbind(x * 2, 0)),
 }
 
 
@@ -27,12 +30,16 @@ def test_output_containers_keep_their_type(form, where, shape):
     note(f"{form} {executor} {mode}")
     x = torch.randn(shape)
     expected = RETURNS[form](x)
-    actual = jit(RETURNS[form], executor, mode)(x)
-    assert type(actual) is type(expected)
+    jfn = jit(RETURNS[form], executor, mode)
+    for actual in (jfn(x), jfn(x)):     # traced, then the cached entry
+        assert_same_structure(actual, expected)
+
+
+def assert_same_structure(actual, expected):
+    assert type(actual) is type(expected), f"{type(actual).__name__} != {type(expected).__name__}"
     if isinstance(expected, torch.Tensor):
         torch.testing.assert_close(actual, expected)
         return
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
-        assert type(a) is type(e)
-        torch.testing.assert_close(a, e)
+        assert_same_structure(a, e)
