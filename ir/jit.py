@@ -333,12 +333,14 @@ class JitFunction:
         another thread may have compiled the entry meanwhile. A compile that raises stores
         nothing."""
         key = self.key(args)
-        entry = self._find(key, args)
-        if entry is None:
-            with _COMPILE_LOCK:
-                entry = self._find(key, args)
-                if entry is None:
-                    entry = self.miss(key, args)
+        if self.caching:    # the hit path, inlined (no call more than before the lock existed)
+            for entry in self.entries.get(key, ()):
+                if entry.prologue.after_key(*args):
+                    self.stats.hits += 1
+                    self.last_entry = entry
+                    return entry
+        with _COMPILE_LOCK:
+            entry = self._find(key, args) or self.miss(key, args)
         self.last_entry = entry
         return entry
 
@@ -363,6 +365,7 @@ class JitFunction:
             return self.compile(args, explaining=True)
 
     def _find(self, key, args) -> Entry | None:
+        """The hit path's lookup, run again under the compile lock."""
         if self.caching:
             for entry in self.entries.get(key, ()):
                 if entry.prologue.after_key(*args):
