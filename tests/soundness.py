@@ -159,7 +159,9 @@ def _layout_problems(t: torch.Tensor, width: int, merged: set) -> list[str]:
 
 
 def widths(entry) -> dict:
-    return {(k.name, a.label): a.width for k in entry.extra.get("triton", ())
+    """Access width by (kernel position, access label): kernels are named after their jitted
+    function, which differs between the hit's and a fresh one."""
+    return {(i, a.label): a.width for i, k in enumerate(entry.extra.get("triton", ()))
             for a in k.lowered.accesses}
 
 
