@@ -514,12 +514,26 @@ def round_to(w, src: str, dtype) -> str:
     return w.let("v", f"tl.where({src} != {src}, {src}, {rounded})", "rounded to bf16")
 
 
+_MOVES = frozenset({"slice", "pad", "cat", "broadcast_in_dim", "permute", "reshape", "copy"})
+
+
+def _held_in_dtype(w, a) -> bool:
+    """Whether the kernel holds only values of a's dtype for a: a load, a cast (rounded), or data
+    movement of such values (pad values are converted while tracing)."""
+    producer = w.producers.get(id(a))
+    if producer is None or producer.prim.name == "convert_element_type":
+        return True
+    return producer.prim.name in _MOVES and all(
+        _held_in_dtype(w, t) for t in producer.input_vars() if isinstance(t, TensorProxy))
+
+
 def _operand(w, a, idx, mask, path, exact: bool) -> str:
-    """Kernel source of an operand; with `exact`, a narrow float tensor is rounded to its dtype."""
+    """Kernel source of an operand; with `exact`, a narrow float tensor computed in fp32 is
+    rounded to its dtype (a loaded or moved value is one already)."""
     src = w.value(a, idx, mask, path)
-    if exact and isinstance(a, TensorProxy) and a.dtype in COMPUTE_DTYPE:
-        return round_to(w, src, a.dtype)
-    return src
+    if not (exact and isinstance(a, TensorProxy) and a.dtype in COMPUTE_DTYPE):
+        return src
+    return src if _held_in_dtype(w, a) else round_to(w, src, a.dtype)
 
 
 def _elementwise(w, eqn, idx, mask, path):
