@@ -22,7 +22,7 @@ import torch
 from ir import autodiff, diagnostics, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
-from ir.proxies import IntProxy, TensorProxy, Var
+from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
 from ir.trace import Trace, iter_vars
 from ir.tracing import TraceContext, opaque, record, tracing
 
@@ -108,8 +108,8 @@ def arg_key(a, constant: bool, nested: bool = False):
         return (int, a) if constant else int
     if isinstance(a, torch.Tensor):
         return _tensor_key(a, constant)
-    if kind is float:
-        return (float, float_identity(a))
+    if kind is float:       # a runtime value in symbolic mode
+        return (float, float_identity(a)) if constant else float
     if isinstance(a, _SCALARS):
         return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
     if isinstance(a, (tuple, list)) and not nested:
@@ -152,6 +152,8 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
                 for i, (k, v) in enumerate(value.items())}
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
+    if type(value) is float and ctx.symbolic:
+        return FloatProxy(name, value)
     return value
 
 

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from ir.proxies import IntProxy, ScalarProxy, TensorProxy, Var
+from ir.proxies import ScalarProxy, TensorProxy, Var
 from ir.trace import iter_vars, render, render_eqn
 
 GUARD_SOURCE = {
@@ -78,8 +78,8 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
                       f"if not ({name}.device == {dev}{grad}): return False"))
         if not symbolic:
             lines.append((f"if {name}.shape != {render(tuple(value.shape))}: return False", None))
-    elif isinstance(value, IntProxy):
-        lines.append((f"if type({name}) is not int: return False", None))
+    elif isinstance(value, ScalarProxy):    # a runtime int or float of symbolic mode
+        lines.append((f"if type({name}) is not {type(value.hint).__name__}: return False", None))
     elif isinstance(value, (tuple, dict)):
         keys = value
         if isinstance(value, dict):     # **kwargs: its names, in order, are part of the key

@@ -18,7 +18,7 @@ import math
 import torch
 
 from ir.prologue import _needed_host_eqns, render_guard
-from ir.proxies import IntProxy, TensorProxy, Var
+from ir.proxies import IntProxy, ScalarProxy, TensorProxy, Var
 from ir.trace import iter_vars, render_eqn
 
 log = logging.getLogger("ir.recompiles")
@@ -136,7 +136,7 @@ class GuardChecker:
         guard = self.guards[failed]
         shown = []
         for v in iter_vars(guard[1:]):
-            if isinstance(v, IntProxy) and v.name in scope and v.name not in shown:
+            if isinstance(v, ScalarProxy) and v.name in scope and v.name not in shown:
                 shown.append(v.name)
         values = ", ".join(f"{n} = {self.origins.get(id(v), n)} = {scope[n]}" if
                            self.origins.get(id(v), n) != n else f"{n} = {scope[n]}"

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import IntProxy, TensorProxy, hint, same_size
+from ir.proxies import FloatProxy, IntProxy, TensorProxy, hint, same_size
 from ir.tracing import bind, current, opaque, specialize
 
 HANDLERS: dict = {}
@@ -112,7 +112,12 @@ def operand_scalar(value, dtype, comparison: bool):
     int wraps to an integer dtype's range (`uint8 + (-1)` adds 255, `int8 > 128` compares with
     -128), and a comparison in fp16/bf16 compares with the number rounded to that dtype (through
     fp32, as eager converts it). Arithmetic in fp16/bf16 uses the number unrounded, as eager's
-    fp32 computation does."""
+    fp32 computation does. A runtime float (symbolic mode) stays one where the kernel computes
+    in fp32 (float32 comparisons, float arithmetic); elsewhere it is specialized."""
+    if isinstance(value, FloatProxy):   # a runtime float: kept where the kernel computes in fp32
+        if dtype == torch.float32 or (dtype.is_floating_point and not comparison):
+            return value
+        value = specialize(value)       # eager rounds it to the dtype: a constant
     if not _is_number(value) or isinstance(value, bool) or dtype == torch.bool:
         return value
     if not dtype.is_floating_point and isinstance(value, int):
@@ -124,12 +129,17 @@ def operand_scalar(value, dtype, comparison: bool):
 
 def stored_scalar(value, dtype, check):
     """A Python number that eager stores into a tensor of `dtype` (a fill, pad or where value),
-    converted as eager converts it (1.7 -> 1 for int32, rounded for bf16). `check()` runs the op
-    eagerly on a one-element tensor first, so a value eager refuses (300 into int8) raises
-    eager's error here."""
+    converted as eager converts it (1.7 -> 1 for int32, rounded for bf16). `check(value)` runs
+    the op eagerly on a one-element tensor first, so a value eager refuses (300 into int8) raises
+    eager's error here. A runtime float stays one when stored exactly (float32), else is
+    specialized."""
+    if isinstance(value, FloatProxy):
+        if dtype == torch.float32:
+            return value
+        value = specialize(value)
     if not _is_number(value):
         return value
-    check()
+    check(value)
     if dtype == torch.bool:
         return bool(value)
     source = torch.float32 if isinstance(value, float) else torch.int64
@@ -276,7 +286,7 @@ def where(condition, input, other):
                               if isinstance(x, TensorProxy)])
     input, other = (convert(expand_to(x, shape), dtype) if isinstance(x, TensorProxy) else
                     stored_scalar(x, dtype,
-                                  lambda x=x: torch.where(_one(torch.bool), _one(dtype), x))
+                                  lambda v: torch.where(_one(torch.bool), _one(dtype), v))
                     for x in (input, other))
     if not any(isinstance(x, TensorProxy) for x in (input, other)):
         input = full(shape, input, dtype=dtype, device=condition.device)
@@ -682,8 +692,8 @@ def constant_pad(input, pad, value, eager):
             raise RuntimeError(f"pad: resulting size {hint(lo + s + hi)} is negative")
     # eager's check of the value depends on the pad's rank and widths: run it on a small tensor
     small = [1 + max(0, -hint(lo)) + max(0, -hint(hi)) for lo, hi in config]
-    value = stored_scalar(0 if value is None else value, input.dtype, lambda: eager(
-        torch.zeros(small, dtype=input.dtype), [hint(w) for w in pad], value=value or 0))
+    value = stored_scalar(0 if value is None else value, input.dtype, lambda v: eager(
+        torch.zeros(small, dtype=input.dtype), [hint(w) for w in pad], value=v))
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
         return copy(input)      # eager's zero pad is a clone
     return bind(prims.pad, input, tuple(config), value=value)
@@ -694,8 +704,8 @@ def constant_pad(input, pad, value, eager):
 @register(torch.full)
 def full(size, fill_value, *, dtype=None, device=None, layout=None, pin_memory=False,
          requires_grad=False):
-    dtype = dtype or torch.full((), fill_value).dtype
-    fill_value = stored_scalar(fill_value, dtype, lambda: torch.full((1,), fill_value, dtype=dtype))
+    dtype = dtype or torch.full((), hint(fill_value)).dtype
+    fill_value = stored_scalar(fill_value, dtype, lambda v: torch.full((1,), v, dtype=dtype))
     return bind(prims.full, tuple(_sizes((size,))), value=fill_value, dtype=dtype,
                 device=torch.device(device or "cpu"))
 

@@ -349,7 +349,16 @@ def compare(op: str, a, b) -> bool:
     if a is b or not (isinstance(a, ScalarProxy) or isinstance(b, ScalarProxy)):
         return result
     ctx = current()
+    nan = next((x for x in (a, b) if isinstance(x, FloatProxy) and x.hint != x.hint), None)
+    if nan is not None:     # NaN compares false, so no guard can spell the negation: pin it
+        ctx.add_guard(("ne", nan, nan))
+        ctx.specialized(nan, nan.hint)
+        return result
     guard = op if result else NEGATED[op]
+    if guard == "eq" and any(isinstance(x, FloatProxy) for x in (a, b)):
+        pinned = [x for x in (a, b) if not isinstance(x, ScalarProxy)]
+        if pinned:          # a float forced to its value
+            ctx.specialized(a if isinstance(a, FloatProxy) else b, pinned[0])
     if guard == "eq" and all(type(x) is int or isinstance(x, IntProxy) for x in (a, b)):
         # from now on the two are one size: the left one becomes the right one, or the int
         if isinstance(a, IntProxy):
@@ -462,7 +471,7 @@ def _stand_in(x, device: str):
     slices."""
     if isinstance(x, TensorProxy):
         return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device=device)
-    if isinstance(x, IntProxy):
+    if isinstance(x, ScalarProxy):
         return x.hint
     if isinstance(x, (tuple, list)):
         return type(x)(_stand_in(i, device) for i in x)
@@ -540,7 +549,7 @@ def tensor_method(self, name: str):
 def _to_meta(x, size=specialize):
     if isinstance(x, TensorProxy):
         return torch.empty([size(s) for s in x.shape], dtype=x.dtype, device="meta")
-    if isinstance(x, IntProxy):
+    if isinstance(x, ScalarProxy):
         return specialize(x)
     if isinstance(x, torch.device):
         return torch.device("meta")
