@@ -31,7 +31,7 @@ import math
 import torch
 
 from ir import IntProxy, TensorProxy, prims
-from ir.proxies import hint, same_shape, same_size
+from ir.proxies import FloatProxy, hint, same_shape, same_size
 from ir.trace import render
 from triton_exec import index, vectorize
 from triton_exec.merge import Merged, merge_inner_dims
@@ -95,7 +95,7 @@ class Param:
     runtime integers whose leaves have an IntProxy or a `Stride` as `source`)."""
 
     name: str
-    kind: str                   # "pointer" or "int"
+    kind: str                   # "pointer", "int" or "float" (an fp32 scalar)
     tensor: object = None
     output: int | None = None
     value: index.Expr | None = None
@@ -175,7 +175,7 @@ class Lowered:
     cols: index.Expr            # innermost extent (host-known)
     outputs: list               # TensorProxy outputs, in store order
     itemsizes: list             # itemsize of every access, for the launch heuristic
-    size_vars: list             # IntProxies of the trace that the kernel's parameters read
+    size_vars: list             # Int/FloatProxies of the trace the kernel's parameters read
     contiguous_inputs: list     # names of inputs the launcher makes contiguous first
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
     allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
@@ -467,9 +467,20 @@ class KernelWriter:
             self.zeros = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
         return self.zeros
 
+    def float_param(self, x: FloatProxy) -> str:
+        """The kernel name of a runtime float of the trace: an fp32 scalar parameter."""
+        leaf = self.leaves.get(id(x))
+        if leaf is None:
+            name = self.names.take(x.name)
+            leaf = self.leaves[id(x)] = index.Leaf(name, frozenset(), source=x)
+            self.params.append(Param(name, "float", value=leaf))
+        return leaf.name
+
     def value(self, v, idx, mask, path: Path, what: str = "plain") -> str:
         """Kernel name of the tile holding v at index idx (one index node per dim of v), under
         `mask`: every lane the mask keeps has 0 <= idx[d] < v.shape[d]."""
+        if isinstance(v, FloatProxy):
+            return self.float_param(v)
         if not isinstance(v, TensorProxy):
             if _known(v):
                 return _literal(v)
@@ -546,7 +557,9 @@ def _elementwise(w, eqn, idx, mask, path):
     if name == "pow":
         return w.let("v", " * ".join([args[0]] * int(eqn.args[1])) if eqn.args[1] else "1")
     b = eqn.args[-1]
-    nan = (f" | ({args[1]} != {args[1]})" if isinstance(b, TensorProxy) and b.dtype.is_floating_point
+    runtime_float = isinstance(b, FloatProxy) or (isinstance(b, TensorProxy)
+                                                  and b.dtype.is_floating_point)
+    nan = (f" | ({args[1]} != {args[1]})" if runtime_float
            else " | True" if isinstance(b, float) and math.isnan(b) else "")
     return w.let("v", BINARY_SRC[name].format(*args, nan=nan))
 
@@ -1000,7 +1013,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
                                     for leaf in index.leaves(p.value)]
     for s in read:
-        if isinstance(s, IntProxy) and all(s is not v for v in size_vars):
+        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in size_vars):
             size_vars.append(s)
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,

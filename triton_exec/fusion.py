@@ -16,7 +16,7 @@ import torch
 
 from ir import TensorProxy
 from ir.grad_rules import has_rule
-from ir.proxies import FloatProxy, same_shape
+from ir.proxies import same_shape
 from ir.trace import iter_vars
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
@@ -60,9 +60,6 @@ def refusal(eqn) -> tuple[str, str] | None:
         op = eqn.params["fn_name"] if name == "opaque" else name
         return "not fusible", f"{op} is not in the fusible set"
     tensors = [v for v in iter_vars((eqn.args, eqn.outs)) if isinstance(v, TensorProxy)]
-    floats = [v.name for v in iter_vars(eqn.args) if isinstance(v, FloatProxy)]
-    if floats:
-        return "not fusible", f"{floats[0]} is a float the host computes (kernels take ints only)"
     for t in tensors:
         if t.dtype not in FUSIBLE_DTYPES:
             return "dtype not fused", f"{t.name} is {str(t.dtype).removeprefix('torch.')}"

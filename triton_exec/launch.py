@@ -309,6 +309,8 @@ def launch_specialization(lowered: Lowered, example_args: dict, config: LaunchCo
             signature[p.name] = "*" + _triton_type(value.dtype)
             if lowered.aligned_pointers and value.data_ptr() % 16 == 0:
                 divisible.append(p.name)
+        elif p.kind == "float":
+            signature[p.name] = "fp32"
         elif value == 1:
             signature[p.name] = "constexpr"
             constexprs[p.name] = 1
