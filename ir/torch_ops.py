@@ -131,11 +131,9 @@ def stored_scalar(value, dtype, check):
     """A Python number that eager stores into a tensor of `dtype` (a fill, pad or where value),
     converted as eager converts it (1.7 -> 1 for int32, rounded for bf16). `check(value)` runs
     the op eagerly on a one-element tensor first, so a value eager refuses (300 into int8) raises
-    eager's error here. A runtime float stays one when stored exactly (float32), else is
-    specialized."""
+    eager's error here. A runtime float is specialized: eager converts it, or refuses it (1e308
+    into float32), by its value."""
     if isinstance(value, FloatProxy):
-        if dtype == torch.float32:
-            return value
         value = specialize(value)
     if not _is_number(value):
         return value
