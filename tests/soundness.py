@@ -159,10 +159,11 @@ def _layout_problems(t: torch.Tensor, width: int, merged: set) -> list[str]:
 
 
 def widths(entry) -> dict:
-    """Access width by (kernel position, access label): kernels are named after their jitted
-    function, which differs between the hit's and a fresh one."""
-    return {(i, a.label): a.width for i, k in enumerate(entry.extra.get("triton", ()))
-            for a in k.lowered.accesses}
+    """Access width by (kernel position, access position, kind, part): not by names, which
+    differ between the hit's entry and a fresh one (kernels are named after their jitted
+    function, traced values numbered per trace)."""
+    return {(i, a.number, a.kind, a.what): a.width
+            for i, k in enumerate(entry.extra.get("triton", ())) for a in k.lowered.accesses}
 
 
 def narrower_than_fresh(entry, fresh) -> str | None:
@@ -175,6 +176,8 @@ def narrower_than_fresh(entry, fresh) -> str | None:
         return "not comparable"
     if all(hit[k] >= new[k] for k in hit):
         return ""
+    if any(getattr(v, "neg", False) for v in ir.trace.iter_vars(fresh.traces[0].inputs)):
+        return "negative-bit input (the fresh entry copies it resolved first)"
     have = {_guard_text(g) for k in entry.extra.get("triton", ()) for g in k.lowered.guards}
     missing = sorted({g[0] for k in fresh.extra.get("triton", ()) for g in k.lowered.guards
                       if _guard_text(g) not in have})
