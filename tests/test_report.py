@@ -96,3 +96,13 @@ def test_without_matplotlib_png_is_skipped_and_md_says_so(tmp_path, monkeypatch)
     paths = write_report([rope_kernel_report()], tmp_path, device="cpu", copy_gbps=None, interpreter=True)
     assert "png" not in paths and not (tmp_path / "report.png").exists()
     assert "matplotlib is not installed" in paths["md"].read_text()
+
+
+def test_under_the_interpreter_no_winner_by_noise_and_no_bandwidth(tmp_path):
+    paths = write_report([rope_kernel_report()], tmp_path, device="cpu", copy_gbps=None,
+                         interpreter=True)
+    markdown = paths["md"].read_text()
+    assert "| winner |" not in markdown and "0.0 GB/s" not in markdown
+    assert "not timed on a GPU" in markdown and "Achieved: n/a: no GPU" in markdown
+    heuristic = rope_kernel_report().configs[0].label
+    assert f"the heuristic's config, used without tuning: {heuristic}" in markdown

@@ -142,12 +142,15 @@ def _report_markdown(kernels, device, copy_gbps, interpreter, chart_written) -> 
         else "Chart not written: matplotlib is not installed."
     )
     for kernel in kernels:
-        lines += ["", *_kernel_markdown(kernel, copy_gbps)]
+        lines += ["", *_kernel_markdown(kernel, copy_gbps, interpreter)]
     return "\n".join(lines) + "\n"
 
 
-def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None) -> list[str]:
-    winner = kernel.winner
+def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None,
+                     interpreter: bool = False) -> list[str]:
+    """Under the interpreter no config is called a winner (its timings are noise): the
+    heuristic's config (the first tried) is shown as what runs without tuning."""
+    winner = None if interpreter else kernel.winner
     lines = [
         f"## {kernel.name}",
         "",
@@ -169,9 +172,16 @@ def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None) -> list[str]
     achieved = f"{kernel.achieved_gbps:.1f} GB/s" if kernel.achieved_gbps is not None else "n/a"
     share = kernel.copy_share(copy_gbps)
     share_text = f"{share:.0%} of copy bandwidth" if share is not None else "share of copy bandwidth n/a"
+    if interpreter:
+        heuristic = kernel.configs[0].label if kernel.configs else "none"
+        verdict = (f"none: the configs were not timed on a GPU (interpreter timings are noise); "
+                   f"the heuristic's config, used without tuning: {heuristic}")
+        achieved, share_text = "n/a: no GPU", "share of copy bandwidth n/a: no GPU"
+    else:
+        verdict = f"{winner.label if winner else 'none (every config failed)'}; {margin}"
     lines += [
         "",
-        f"- Winner: {winner.label if winner else 'none (every config failed)'}; {margin}",
+        f"- Winner: {verdict}",
         f"- Bytes moved (ideal): {kernel.bytes_moved:,}",
         f"- Achieved: {achieved}; {share_text}",
         f"- Access widths from PTX: {_widths_text(kernel.access_widths)}",
@@ -205,7 +215,7 @@ def _write_chart(kernels, path: Path, *, device: str, interpreter: bool) -> bool
     figure = Figure(figsize=(8, 1.2 + sum(0.35 * max(len(k.configs), 1) + 0.8 for k in kernels)))
     axes_list = figure.subplots(max(len(kernels), 1), 1, squeeze=False)[:, 0]
     for axes, kernel in zip(axes_list, kernels):
-        winner = kernel.winner
+        winner = None if interpreter else kernel.winner
         labels = [c.label + (" (failed)" if c.failed else "") for c in kernel.configs]
         p50 = [0.0 if c.failed else c.p50_ms for c in kernel.configs]
         whiskers = [
@@ -218,8 +228,15 @@ def _write_chart(kernels, path: Path, *, device: str, interpreter: bool) -> bool
         axes.invert_yaxis()
         axes.set_xlabel("ms (p50, whiskers p20-p80)")
         axes.set_title(f"{kernel.name} [{kernel.key}]", fontsize=9)
-    source = "Triton interpreter on CPU - NOT GPU timings" if interpreter else device
-    figure.suptitle(f"Autotune: {source}")
-    figure.tight_layout()
+    from matplotlib.patches import Patch
+    legend = [Patch(color="tab:blue", label="config (p50 ms)"),
+              Patch(color="tab:gray", label="failed")]
+    if not interpreter:
+        legend.insert(0, Patch(color="tab:green", label="winner (lowest p50)"))
+    figure.legend(handles=legend, loc="lower center", ncol=len(legend), fontsize=7, frameon=False)
+    source = ("Triton interpreter on CPU: NOT GPU timings, no winner" if interpreter
+              else device)
+    figure.suptitle(f"Autotune: {source}", fontsize=9, wrap=True)
+    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
     figure.savefig(path, dpi=100)
     return True
