@@ -11,6 +11,7 @@ from the Triton interpreter.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -45,7 +46,14 @@ def access_widths_or_error(record, arch: int = 90) -> dict:
 
 
 def kernel_report(record, cache_hits: int) -> KernelReport:
+    """Its access widths are the PTX of the config a plain call runs: on the interpreter, which
+    times nothing that counts, the heuristic's (the first tried); on a GPU, the winner's."""
     tuning = record.tuning
+    shown = record
+    if tuning is not None and tuning.interpreter and tuning.results:
+        heuristic = autotune._from_public(tuning.results[0].config)
+        if heuristic is not None:
+            shown = dataclasses.replace(record, config=heuristic)
     if tuning is not None and tuning.results:
         configs = list(tuning.results)
     else:
@@ -57,7 +65,7 @@ def kernel_report(record, cache_hits: int) -> KernelReport:
         key=tuning.key if tuning is not None else "",
         configs=configs,
         bytes_moved=ideal_bytes(record),
-        access_widths=access_widths_or_error(record),
+        access_widths=access_widths_or_error(shown),
         compile_s=compile_s,
         cache_hits=cache_hits,
         vector_widths=dict(record.vector_width),
@@ -123,4 +131,4 @@ VECTOR_WIDTH_NOTE = (
     "access width below the largest the analysis proves (its maximum is the heuristic's VEC), so "
     "the narrower VECs are the vectorization's A/B. Every config keeps each thread holding a full "
     "vector along COLS (ROWS * COLS >= 32 * num_warps * VEC). The access widths from PTX are the "
-    "winner's.")
+    "winner's on a GPU, the heuristic's under the interpreter.")
