@@ -60,3 +60,25 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     jrope2 = ir.jit(rope, executors=["triton"])
     jrope2(*args)
     assert triton_exec.last_kernels(jrope2)[0].tuning.source == "heuristic"
+
+
+def test_the_command_reports_a_users_function(tmp_path, monkeypatch, capsys):
+    from triton_exec.__main__ import main
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "user_program.py").write_text(
+        "import torch\n"
+        "def scale_cat(x, y):\n"
+        "    return torch.cat((x * 2, y), dim=-1) + 1\n"
+        "def example():\n"
+        "    return torch.randn(4, 8), torch.randn(4, 8)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "report"
+    assert main(["report", "user_program:scale_cat", "--args", "user_program:example",
+                 "--out", str(out)]) == 0
+    assert f"Autotune report of user_program:scale_cat written to {out / 'report.md'}" in \
+        capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    (kernel,) = report["kernels"]
+    assert kernel["name"].startswith("scale_cat") and kernel["name"].endswith("_fusion_0_kernel")
+    with pytest.raises(SystemExit, match="--args"):
+        main(["report", "user_program:scale_cat", "--out", str(out)])

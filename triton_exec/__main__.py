@@ -2,6 +2,9 @@
 
     python -m triton_exec demo   [--out DIR] [--small]   # traces, kernel, widths, then the report
     python -m triton_exec report [--out DIR] [--small]   # the autotune report only
+    python -m triton_exec report MODULE:FUNCTION --args MODULE:FUNCTION [--out DIR]
+        # the report of your function (plain or ir.jit), on the arguments that the --args
+        # function returns (a tuple of them)
 
 On a GPU the RoPE runs at the seed's size (bsz 256, 16 heads, seq 1024, head 32, rope width 8,
 bf16); without one (or with --small) at a tiny size through the Triton interpreter, whose timings
@@ -10,6 +13,7 @@ the report labels as not GPU timings.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -78,6 +82,29 @@ def demo(out_dir: str, small: bool) -> int:
     return 0
 
 
+def load(spec: str):
+    """The object `module:name` (name may be dotted) names."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"python -m triton_exec report: expected MODULE:FUNCTION, got {spec!r}")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def report_of(target: str, args_spec: str | None, out_dir: str) -> int:
+    if args_spec is None:
+        raise SystemExit("python -m triton_exec report: --args MODULE:FUNCTION is required with "
+                         "a function to report (it returns the example arguments)")
+    args = load(args_spec)()
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    paths = triton_exec.report(load(target), *args, out_dir=out_dir)
+    print(f"Autotune report of {target} written to {paths['md']} "
+          f"({', '.join(str(p) for k, p in paths.items() if k != 'md')})")
+    return 0
+
+
 def report_only(out_dir: str, small: bool) -> int:
     jrope, args, what = default_case(small)
     paths = triton_exec.report(jrope, *args, out_dir=out_dir)
@@ -94,7 +121,13 @@ def main(argv=None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--out", default="perf/out/report", help="report folder")
         p.add_argument("--small", action="store_true", help="tiny size even on a GPU")
+        if name == "report":
+            p.add_argument("function", nargs="?",
+                           help="MODULE:FUNCTION to report (default: the seed's RoPE)")
+            p.add_argument("--args", help="MODULE:FUNCTION returning the example arguments")
     ns = parser.parse_args(argv)
+    if ns.command == "report" and ns.function:
+        return report_of(ns.function, ns.args, ns.out)
     return (demo if ns.command == "demo" else report_only)(ns.out, ns.small)
 
 
