@@ -75,8 +75,13 @@ def _value_mismatches(name, traced, value, constant):
             yield from _value_mismatches(f"{name}[{i}]", t, v, constant)
     elif type(value) is not type(traced):
         yield f"{name}: expected {type(traced).__name__}, got {type(value).__name__}"
-    elif value != traced and not (value is None and traced is None):
+    elif (_bits(value) != _bits(traced) if isinstance(value, float)      # NaN is NaN,
+          else value != traced and not (value is None and traced is None)):  # -0.0 is not 0.0
         yield f"{name}: value {value!r} != {traced!r}"
+
+
+def _bits(x: float) -> str:
+    return "nan" if x != x else x.hex()
 
 
 def _describe(value) -> str:

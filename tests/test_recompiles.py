@@ -36,6 +36,10 @@ def test_a_float_value_in_constant_mode_names_the_value(caplog):
         jfn(x, 0.5)
     (message,) = reasons(caplog)
     assert "s: value 0.5 != 0.25" in message
+    with caplog.at_level(logging.INFO, logger="ir.recompiles"):
+        jfn(x, 0.0)
+        jfn(x, -0.0)                    # another entry: eager tells -0.0 from 0.0 (x / s)
+    assert "s: value -0.0 != 0.0" in reasons(caplog)[-1]
 
 
 @pytest.mark.parametrize("mode", MODES)
