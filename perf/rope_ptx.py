@@ -16,12 +16,7 @@ import torch  # noqa: E402
 import ir  # noqa: E402
 import triton_exec  # noqa: E402
 from ir.examples import rope, rope_inputs  # noqa: E402
-
-
-def instructions(ptx: str) -> int:
-    lines = (line.strip() for line in ptx.splitlines())
-    return sum(1 for s in lines if s and not s.startswith(("//", ".", "{", "}", "$", "@@"))
-               and not s.endswith(":"))
+from triton_exec.cost import ptx_instructions  # noqa: E402
 
 
 if __name__ == "__main__":
@@ -29,5 +24,5 @@ if __name__ == "__main__":
         jfn = ir.jit(rope, executors=["triton"], cache=mode)
         jfn(*rope_inputs(hs=32, n=8, dtype=dtype))
         (record,) = triton_exec.last_kernels(jfn)
-        print(f"{str(dtype).removeprefix('torch.')}, {mode}: {instructions(record.ptx())} PTX "
+        print(f"{str(dtype).removeprefix('torch.')}, {mode}: {ptx_instructions(record.ptx())} PTX "
               f"instructions; access widths {record.access_widths()}")

@@ -22,6 +22,13 @@ def rope_kernel_report() -> KernelReport:
         compile_s=1.5,
         cache_hits=7,
         vector_widths={"x": 8, "cos": 8, "sin": 8, "x2": 4},
+        static_costs={
+            "ROWS=4, num_warps=4, V=8": {
+                "arch": 90, "counted": "SASS", "instructions": 250, "num_warps": 4,
+                "bytes_loaded": 4096.0, "bytes_stored": 4096.0, "registers": 32, "spill_bytes": 0,
+                "ptx_instructions": 280, "bytes_per_warp_instruction": 8.192},
+            "ROWS=8, num_warps=4, V=8": {"error": "no ptxas"},
+        },
     )
 
 
@@ -76,8 +83,11 @@ def test_markdown_shows_every_config_failure_reason_and_summary(tmp_path):
     markdown = write_report(
         [rope_kernel_report()], tmp_path, device="NVIDIA H200", copy_gbps=8.0, interpreter=False
     )["md"].read_text()
-    assert "| ROWS=64, num_warps=1, V=8 | - | - | - | failed: out of resources: shared memory \\| 232448 |" in markdown
-    assert "| ROWS=4, num_warps=4, V=8 | 0.9000 | 1.0000 | 1.2000 | winner |" in markdown
+    assert ("| ROWS=64, num_warps=1, V=8 | - | - | - | - | failed: out of resources: shared memory "
+            "\\| 232448 |") in markdown
+    assert ("| ROWS=4, num_warps=4, V=8 | 0.9000 | 1.0000 | 1.2000 | 8.19 B/warp-instr: 250 SASS x 4 "
+            "warps, 8192 B, 32 regs, 0 B spill | winner |") in markdown
+    assert "| 1.1000 | 1.2500 | 1.4000 | n/a (no ptxas) | ok |" in markdown
     for expected in ("1.25x over the runner-up", "4,000,000", "4.0 GB/s", "50% of copy bandwidth",
                      "loads 16 B x3, 8 B x2; stores 16 B x1", "x2: 4", "1.50 s", "cache hits: 7"):
         assert expected in markdown

@@ -49,6 +49,15 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     assert max(int(w) for w in kernel["access_widths"]["st"]) == 2 * vec
     assert kernel["vector_widths"] and max(kernel["vector_widths"].values()) == 8
     assert kernel["compile_s"] > 0 and kernel["cache_hits"] == 1
+    # each config's static cost, from its own offline compile; a program moves its share of
+    # the ideal bytes
+    costs = [kernel["static_costs"][", ".join(f"{k}={v}" for k, v in c["config"].items())]
+             for c in kernel["configs"]]
+    heuristic = kernel["configs"][0]["config"]
+    programs = -(-x.numel() // x.shape[-1] // heuristic["ROWS"]) * -(-x.shape[-1] // heuristic["COLS"])
+    moved = costs[0]["bytes_loaded"] + costs[0]["bytes_stored"]
+    assert moved == pytest.approx(kernel["bytes_moved"] / programs)
+    assert all(c["instructions"] > 0 and c["counted"] in ("SASS", "PTX") for c in costs)
     assert kernel["key"].endswith("|interpreter")
     md = paths["md"].read_text()
     assert "NOT GPU timings" in md.splitlines()[0]

@@ -15,7 +15,7 @@ import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
-from triton_exec import autotune, fusion, launch, offline
+from triton_exec import autotune, cost, fusion, launch, offline
 from triton_exec.codegen import Lowered, lower_group
 
 log = logging.getLogger("triton_exec")
@@ -57,6 +57,12 @@ class KernelRecord:
     def access_widths(self, arch: int = 90) -> dict:
         """Counts of global loads and stores by width in bytes, read from the PTX."""
         return offline.access_widths(self.ptx(arch))
+
+    def cost(self, arch: int = 90) -> cost.StaticCost:
+        """Its static cost per program, compiled offline for sm_<arch>: SASS instructions (PTX
+        where the cubin or the disassembler is missing), bytes moved, bytes per
+        warp-instruction, registers and spills (see `triton_exec.cost`)."""
+        return cost.record_cost(self, arch)
 
 
 @dataclasses.dataclass(frozen=True)

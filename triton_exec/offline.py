@@ -2,7 +2,7 @@
 
 This lets the tests check which load/store widths a kernel compiles to on a machine without a GPU.
 The offline-compile interface of Triton (``ASTSource``, ``GPUTarget``, ``triton.compile``) is kept
-behind ``compile_ptx`` only (checked identical on Triton 3.6.0 and 3.9.0).
+behind ``compile_asm`` only (checked identical on Triton 3.6.0 and 3.9.0).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 _CUDA_WARP_SIZE = 32
-_ptx_cache: dict[tuple, str] = {}
+_asm_cache: dict[tuple, dict] = {}
 
 
 def _as_jit_function(fn) -> JITFunction:
@@ -63,15 +63,16 @@ def _with_compilable_helpers(python_fn, converted: dict):
     return functools.update_wrapper(copy, python_fn)
 
 
-def compile_ptx(
+def compile_asm(
     fn,
     signature: dict[str, str],
     constexprs: dict[str, object],
     divisible_by_16: Iterable[str],
     num_warps: int,
     arch: int = 90,
-) -> str:
-    """Compile ``fn`` for CUDA compute capability ``arch`` and return its PTX.
+) -> dict:
+    """Compile ``fn`` for CUDA compute capability ``arch``; its assembly by stage ("ptx", and
+    "cubin" bytes where ptxas ran).
 
     ``signature`` maps every parameter name to a Triton type ("*bf16", "i32", "constexpr", ...);
     ``constexprs`` gives the values of the constexpr parameters; ``divisible_by_16`` names the
@@ -91,14 +92,20 @@ def compile_ptx(
         num_warps,
         arch,
     )
-    if key not in _ptx_cache:
+    if key not in _asm_cache:
         attrs = {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
         source = ASTSource(fn=jit_fn, signature=dict(signature), constexprs=dict(constexprs), attrs=attrs)
         compiled = triton.compile(
             source, target=GPUTarget("cuda", arch, _CUDA_WARP_SIZE), options={"num_warps": num_warps}
         )
-        _ptx_cache[key] = compiled.asm["ptx"]
-    return _ptx_cache[key]
+        _asm_cache[key] = {stage: compiled.asm[stage] for stage in ("ptx", "cubin")
+                           if stage in compiled.asm}
+    return _asm_cache[key]
+
+
+def compile_ptx(fn, signature, constexprs, divisible_by_16, num_warps, arch: int = 90) -> str:
+    """The PTX of ``compile_asm``."""
+    return compile_asm(fn, signature, constexprs, divisible_by_16, num_warps, arch)["ptx"]
 
 
 # ld.global / st.global with any cache/eviction qualifiers, an optional vector count and the element type,

@@ -7,7 +7,7 @@ interpreter on a CPU) is the caller's business, and the report says which one pl
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPORT_FORMAT_VERSION = 1
@@ -50,6 +50,9 @@ class KernelReport:
     compile_s: float
     cache_hits: int
     vector_widths: dict  # the vectorization analysis' V per access
+    # per config label: its static cost from the offline compile (triton_exec.cost.StaticCost's
+    # as_dict), or {"error": why}
+    static_costs: dict = field(default_factory=dict)
 
     def _ranked(self) -> list[ConfigResult]:
         return sorted((c for c in self.configs if not c.failed), key=lambda c: c.p50_ms)
@@ -156,17 +159,19 @@ def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None,
         "",
         f"Key: `{kernel.key}`",
         "",
-        "| config | p20 ms | p50 ms | p80 ms | result |",
-        "|---|---:|---:|---:|---|",
+        "| config | p20 ms | p50 ms | p80 ms | static cost (sm_90, per program) | result |",
+        "|---|---:|---:|---:|---|---|",
     ]
     for result in kernel.configs:
+        cost = _cost_text(kernel.static_costs.get(result.label))
         if result.failed:
             reason = " ".join(result.error.split()).replace("|", "\\|")
-            lines.append(f"| {result.label} | - | - | - | failed: {reason} |")
+            lines.append(f"| {result.label} | - | - | - | {cost} | failed: {reason} |")
         else:
             status = "winner" if result is winner else "ok"
             lines.append(
-                f"| {result.label} | {result.p20_ms:.4f} | {result.p50_ms:.4f} | {result.p80_ms:.4f} | {status} |"
+                f"| {result.label} | {result.p20_ms:.4f} | {result.p50_ms:.4f} | {result.p80_ms:.4f} | {cost} "
+                f"| {status} |"
             )
     margin = f"{kernel.margin:.2f}x over the runner-up" if kernel.margin else "no runner-up"
     achieved = f"{kernel.achieved_gbps:.1f} GB/s" if kernel.achieved_gbps is not None else "n/a"
@@ -189,6 +194,19 @@ def _kernel_markdown(kernel: KernelReport, copy_gbps: float | None,
         f"- Compile time: {kernel.compile_s:.2f} s; cache hits: {kernel.cache_hits}",
     ]
     return lines
+
+
+def _cost_text(cost: dict | None) -> str:
+    """`4.76 B/warp-instr: 444 SASS x 4 warps, 8448 B, 40 regs, 0 B spill`; `-` when not computed."""
+    if not cost:
+        return "-"
+    if cost.get("error"):
+        return "n/a (" + " ".join(cost["error"].split()).replace("|", "\\|")[:200] + ")"
+    regs = (f", {cost['registers']} regs, {cost['spill_bytes']} B spill"
+            if cost.get("registers") is not None else "")
+    moved = cost["bytes_loaded"] + cost["bytes_stored"]
+    return (f"{cost['bytes_per_warp_instruction']:.2f} B/warp-instr: {cost['instructions']} "
+            f"{cost['counted']} x {cost['num_warps']} warps, {moved:.0f} B{regs}")
 
 
 def _widths_text(access_widths: dict) -> str:

@@ -4,37 +4,28 @@ The function is jitted afresh (same function, executors and cache mode) and call
 tuning forced, so every config of every kernel is timed even when a winner is persisted (the new
 winners are persisted, except interpreter-timed ones). Then, per kernel, a
 `report_format.KernelReport`: the tuning key, every config's result, the ideal bytes moved, the
-access widths read from the PTX compiled offline for sm_90 (or the compiler's error), compile
-time, cache hits, the analysis' vector widths. On a GPU the
+access widths read from the PTX compiled offline for sm_90 (or the compiler's error), each
+config's static cost from that compile (instructions per program, bytes per warp-instruction,
+registers: `triton_exec.cost`), compile time, cache hits, the analysis' vector widths. On a GPU the
 device-to-device copy bandwidth is measured too; on a CPU the report says that its timings come
 from the Triton interpreter.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import torch
 
 import ir
 from ir.jit import JitFunction
-from triton_exec import autotune
+from triton_exec import autotune, cost
 from triton_exec.report_format import ConfigResult, KernelReport, write_report
 
 
 def ideal_bytes(record) -> int:
-    """Bytes an ideal kernel moves: each tensor input read once, each output written once
-    (tensors told apart by the launch expression that passes them)."""
-    seen, total = set(), 0
-    for p in record.lowered.params:
-        key = p.output if p.tensor is None else p.tensor.name
-        if p.kind != "pointer" or key in seen:
-            continue
-        seen.add(key)
-        t = record.example_args[p.name]
-        total += math.prod(t.shape) * t.element_size()
-    return total
+    """Bytes an ideal kernel moves: each tensor input read once, each output written once."""
+    return sum(cost.ideal_bytes(record))
 
 
 def access_widths_or_error(record, arch: int = 90) -> dict:
@@ -43,6 +34,21 @@ def access_widths_or_error(record, arch: int = 90) -> dict:
     except Exception as error:      # the offline compiler's refusal is a result too
         text = " ".join(f"{type(error).__name__}: {error}".split())
         return {"ld": {}, "st": {}, "error": text[:500]}
+
+
+def static_costs(record, configs) -> dict:
+    """Per config label, the kernel's static cost under that config (see `triton_exec.cost`),
+    or the offline compiler's refusal."""
+    costs = {}
+    for result in configs:
+        config = autotune._from_public(result.config)
+        if config is None:
+            continue
+        try:
+            costs[result.label] = cost.record_cost(record, 90, config).as_dict()
+        except Exception as error:      # the offline compiler's refusal is a result too
+            costs[result.label] = {"error": f"{type(error).__name__}: {error}"[:500]}
+    return costs
 
 
 def kernel_report(record, cache_hits: int) -> KernelReport:
@@ -69,6 +75,7 @@ def kernel_report(record, cache_hits: int) -> KernelReport:
         compile_s=compile_s,
         cache_hits=cache_hits,
         vector_widths=dict(record.vector_width),
+        static_costs=static_costs(record, configs),
     )
 
 

@@ -1,0 +1,54 @@
+"""The static cost model: SASS (or PTX) instructions per program against the bytes it moves."""
+
+import pytest
+import torch
+
+import ir
+import triton_exec
+from ir.examples import rope, rope_inputs
+from triton_exec import cost
+
+SASS = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/              @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   STG.E.128 desc[UR4][R8.64], R4 ;
+        /*0030*/                   EXIT ;
+.L_x_0:
+        /*0040*/                   BRA `(.L_x_0);
+        /*0050*/                   NOP;
+        /*0060*/                   NOP;
+"""
+
+
+def test_sass_count_leaves_out_padding():
+    assert cost.sass_instructions(SASS) == 4
+
+
+def test_ptx_count_leaves_out_directives_labels_and_comments():
+    ptx = ".reg .b32 %r<4>;\n// c\n$L__BB0_1:\n{\n  ld.global.b32 %r1, [%rd1];\n}\n  ret;\n"
+    assert cost.ptx_instructions(ptx) == 2
+
+
+def test_without_a_cubin_the_ptx_is_counted():
+    c = cost.static_cost({"ptx": "add.s32 %r1, %r2, %r3;\nret;\n"}, 4, 1024.0, 1024.0)
+    assert (c.counted, c.instructions, c.registers) == ("PTX", 2, None)
+    assert c.bytes_per_warp_instruction == pytest.approx(2048 / 8)
+
+
+def test_seed_rope_record_cost():
+    x, cos, sin, n = rope_inputs(B=2, H=4, T=16, hs=32, n=8, dtype=torch.bfloat16)
+    jfn = ir.jit(rope, executors=["triton"])
+    jfn(x, cos, sin, n)
+    (record,) = triton_exec.last_kernels(jfn)
+    c = record.cost(arch=90)
+    config = record.config
+    programs = -(-x.numel() // 32 // config.rows)
+    assert c.num_warps == config.num_warps and c.arch == 90
+    assert c.bytes_loaded == pytest.approx((x.numel() + cos.numel() + sin.numel()) * 2 / programs)
+    assert c.bytes_stored == pytest.approx(x.numel() * 2 / programs)
+    assert c.instructions > 0 and c.ptx_instructions > 0
+    assert c.bytes_per_warp_instruction == pytest.approx(
+        c.bytes_moved / (c.instructions * c.num_warps))
+    if c.counted == "SASS":         # the tools ship in Triton's NVIDIA backend
+        assert c.registers > 0 and c.spill_bytes == 0
+    assert "B/warp-instr" in c.summary()
