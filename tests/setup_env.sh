@@ -43,10 +43,14 @@ else
     rm -rf "$VENV39"
     python3 -m venv "$VENV39"
     "$VENV39"/bin/python -m pip install -q --no-deps "$NEWEST_TRITON"
-    # .venv's packages after the venv's own (a .pth line is appended to sys.path): its Triton wins
-    base=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    own=$("$VENV39"/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    echo "$base" > "$own/zz_base_venv.pth"
     echo "$NEWEST_TRITON" > "$VENV39/.setup-done"
+fi
+# .venv's packages after the venv's own (a .pth line is appended to sys.path): its Triton wins.
+# The real path: a path through a worktree's .venv link dies with that worktree.
+base=$(readlink -f "$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
+own=$("$VENV39"/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+if [[ "$(cat "$own/zz_base_venv.pth" 2>/dev/null || true)" != "$base" ]]; then
+    echo "setup_env: $VENV39 reads .venv's packages from $base"
+    echo "$base" > "$own/zz_base_venv.pth.$$" && mv "$own/zz_base_venv.pth.$$" "$own/zz_base_venv.pth"
 fi
 echo "setup_env: done"
