@@ -21,7 +21,7 @@ import torch
 from ir.executors import CompileContext, Executor
 from ir.grad_rules import GRAD_RULES, emit, needs_grad
 from ir.prims import PRIMS, Prim, convert_element_type
-from ir.proxies import IntProxy, TensorProxy
+from ir.proxies import ScalarProxy, TensorProxy
 from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
 from ir.tracing import TraceContext, tracing
 
@@ -98,6 +98,7 @@ class AutogradExecutor(Executor):
 
     def __init__(self, fusion_executor):
         self.name = f"{fusion_executor.name}+autograd"
+        self.fusion_executor = fusion_executor
 
     def render(self, eqn):
         args = ", ".join(render(a) for a in eqn.args)
@@ -224,9 +225,9 @@ def _unit(eqn, launch, tctx, cctx, lower):
     grad_of = {id(g): k for k, g in grads.items()}
     saved = [v for v in free if id(v) in primals]
     read = [v for v in free if id(v) in grad_of]
-    sizes = [v for v in free if isinstance(v, IntProxy)]
+    sizes = [v for v in free if isinstance(v, ScalarProxy)]    # sizes and float arguments
     unknown = [v for v in free if id(v) not in primals and id(v) not in grad_of
-               and not isinstance(v, IntProxy)]
+               and not isinstance(v, ScalarProxy)]
     assert not unknown, f"backward of {name} reads {unknown}"
     inputs = tuple((v.name, v) for v in saved + read + sizes)
     traces = [t.replace(inputs=inputs) for t in [built] + traces]

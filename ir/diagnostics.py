@@ -170,6 +170,11 @@ def _summary(reasons) -> str:
     return "; ".join(parts) + (f"; and {more} other reasons" if more > 0 else "")
 
 
+def _runs_on(eqn, executor) -> bool:
+    """Whether the executor runs eqn: claimed it, or fused it into a differentiable unit."""
+    return eqn.executor is executor or getattr(eqn.executor, "fusion_executor", None) is executor
+
+
 def report_fallbacks(jfn, entry, warned: set) -> None:
     """After compiling `entry`: a warning (once per executor in `warned`) for each executor the
     user named that runs nothing of it, and an INFO record per op left to torch."""
@@ -183,7 +188,7 @@ def report_fallbacks(jfn, entry, warned: set) -> None:
                  "; ".join(f"{r['executor']}: {r['kind']}: {r['reason']}" for r in item["reasons"]))
     for k, ex in enumerate(named):
         reasons = [(item["reasons"][k]["kind"], item["reasons"][k]["reason"]) for item in left]
-        if (ex.name in warned or any(e.executor is ex for e in trace.eqns)
+        if (ex.name in warned or any(_runs_on(e, ex) for e in trace.eqns)
                 or all(kind == "view" for kind, _ in reasons)):
             continue
         warned.add(ex.name)

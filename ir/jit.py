@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, passes, prims, recompiles
+from ir import autodiff, diagnostics, modules, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -52,6 +52,7 @@ class Entry:
     guards: list = dataclasses.field(default_factory=list)     # (op, a, b) the prologue checks
     specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
     backward: dict = dataclasses.field(default_factory=dict)  # unit name -> backward traces
+    key: tuple = ()     # the cache key the entry is stored under
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -65,7 +66,11 @@ def function_name(fn) -> str:
         return _names[fn]
     except (KeyError, TypeError):
         pass
-    base = re.sub(r"\W", "_", getattr(fn, "__name__", "fn")).strip("_") or "fn"
+    base = getattr(fn, "__name__", "fn")
+    owner = modules.owner_module(fn)
+    if owner is not None:       # GPT for model.forward, GPT_generate for model.generate
+        base = type(owner).__name__ + ("" if base == "forward" else "_" + base)
+    base = re.sub(r"\W", "_", base).strip("_") or "fn"
     if base[0].isdigit():
         base = "fn_" + base
     n = next(_names_taken.setdefault(base, itertools.count()))
@@ -184,9 +189,13 @@ def _pair_values(proxy, value, values: dict) -> None:
 
 
 def capture_sources(fn) -> dict:
-    """name -> (tensor, reader) for the tensors fn reads from its closure and its globals;
+    """name -> (tensor, reader) for the tensors fn reads from its closure and its globals, and
+    for a bound method of a module, its module's parameters and buffers (`ir.modules`);
     `reader()` reads the name's current value, as a call of fn would."""
     code, found = getattr(fn, "__code__", None), {}
+    owner = modules.owner_module(fn)
+    if owner is not None:
+        found.update(modules.state_sources(owner))
     if code is None:
         return found
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
@@ -194,19 +203,20 @@ def capture_sources(fn) -> dict:
             value = cell.cell_contents
         except ValueError:      # a cell not filled yet
             continue
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and name not in found:
             found[name] = (value, lambda cell=cell: cell.cell_contents)
     for name in code.co_names:
         value = fn.__globals__.get(name)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and name not in found:
             found[name] = (value, lambda g=fn.__globals__, name=name: g.get(name))
     return found
 
 
-def _reader(fn, source, tensor):
-    """How a call reads a captured tensor: from its closure cell or global, else the object."""
+def _reader(sources, source, tensor):
+    """How a call reads a captured tensor: from its source (closure cell, global, module),
+    else the object."""
     if source is not None:
-        return capture_sources(fn)[source][1]
+        return sources[source][1]
     return lambda: tensor
 
 
@@ -287,6 +297,11 @@ class JitFunction:
         self.__name__ = getattr(fn, "__name__", "jitted")
         self.name = function_name(fn)
         self.__doc__ = fn.__doc__
+        if modules.owner_module(fn) is not None:    # GPT.forward
+            self.__name__ = f"{type(fn.__self__).__name__}.{self.__name__}"
+        # a bound method of a module: its module tree joins the cache key (`ir.modules`)
+        self.module = modules.owner_module(fn)
+        self.own_hooks = False      # whether the module's own hooks would run (ir.jit(module))
 
     def bind(self, args, kwargs):
         """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
@@ -315,7 +330,7 @@ class JitFunction:
         """The hashed cache key: the grad mode, then each argument's key."""
         constant = self.constant
         try:
-            return (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
+            key = (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
         except UnsupportedArgument:
             for name, a in zip(self.param_names, args):
                 try:
@@ -323,6 +338,9 @@ class JitFunction:
                 except UnsupportedArgument as e:
                     raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
             raise
+        if self.module is not None:
+            return (modules.structure_key(self.module, self.own_hooks), *key)
+        return key
 
     def __call__(self, *args, **kwargs):
         args = self.bind(args, kwargs)
@@ -350,16 +368,26 @@ class JitFunction:
         """Compiles and stores a new entry, or past the cache limit returns the eager one."""
         self.stats.misses += 1
         if self.caching and self.history:
-            recompiles.log_recompile(self.__name__, self.history, args, self.constant)
+            recompiles.log_recompile(self.__name__, self.history, args, self.constant,
+                                     self.module_change(key))
             if (self.cache_limit is not None
                     and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
         entry = self.compile(args)
+        entry.key = key
         diagnostics.report_fallbacks(self, entry, self.warned_executors)
         if self.caching:
             self.entries.setdefault(key, []).append(entry)
             self.history.append(entry)
         return entry
+
+    def module_change(self, key) -> str | None:
+        """How the module tree differs from the nearest entry's (the fewest modules differing;
+        the newest among equals), where no entry has this one."""
+        if self.module is None or any(e.key[:1] == key[:1] for e in self.history):
+            return None
+        nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
+        return modules.describe_change(self.module, nearest.key[0], key[0])
 
     def compile_for_explain(self, args) -> Entry:
         """The entry these arguments would get, built without running a kernel, not cached."""
@@ -402,10 +430,10 @@ class JitFunction:
         return entry
 
     def compile(self, args, explaining: bool = False) -> Entry:
+        sources = capture_sources(self.fn)
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
-                           capture_sources={id(t): name for name, (t, _) in
-                                            capture_sources(self.fn).items()})
+                           capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
         with tracing(ctx):
@@ -443,7 +471,7 @@ class JitFunction:
                                   keyed=len(inputs) - len(captured))
         computation = compile_trace(traces[-1])
         if captured:    # implicit inputs: read from their sources at every call
-            readers = [_reader(self.fn, source, tensor) for _, tensor, source in ctx.captures]
+            readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)
@@ -470,18 +498,28 @@ class JitFunction:
 
 
 def jit(fn, *, executors=None, cache="constant values",
-        cache_limit: int | None = DEFAULT_CACHE_LIMIT) -> JitFunction:
+        cache_limit: int | None = DEFAULT_CACHE_LIMIT):
     """Traces `fn` on its first call (per cache entry) and runs the executors' code for it.
 
-    executors: executor objects or registered names, in priority order; the torch executor is
-    always appended. cache: "constant values", "symbolic values" or "no caching". cache_limit:
-    entries per cache key (the arguments' types, dtypes and ranks, and in constant mode sizes and
-    values) past which a miss runs `fn` eagerly, with a warning once (None: no limit).
+    fn: a function, a bound method, or an `nn.Module` (then a `JitModule` is returned: the
+    module with its forward jitted, see `ir.modules`). executors: executor objects or registered
+    names, in priority order; the torch executor is always appended. cache: "constant values",
+    "symbolic values" or "no caching". cache_limit: entries per cache key (the arguments' types,
+    dtypes and ranks, and in constant mode sizes and values) past which a miss runs `fn`
+    eagerly, with a warning once (None: no limit).
     """
+    if isinstance(fn, modules.JitModule):
+        fn = fn._orig_mod
+    if isinstance(fn, torch.nn.Module):
+        jitted = JitFunction(fn.forward, executors, cache, cache_limit)
+        jitted.own_hooks = True     # its caller runs the JitModule's hooks, not the module's
+        return modules.JitModule(fn, jitted)
     return JitFunction(fn, executors, cache, cache_limit)
 
 
 def _jitted(jfn) -> JitFunction:
+    if isinstance(jfn, modules.JitModule):
+        jfn = jfn._jitted
     if not isinstance(jfn, JitFunction):
         raise TypeError(f"expected a function returned by ir.jit, got {type(jfn).__name__}")
     return jfn

@@ -186,7 +186,9 @@ def miss_reason(entries, args, constant: bool) -> str:
     return f"{reason} (nearest of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'})"
 
 
-def log_recompile(name: str, entries, args, constant: bool) -> None:
+def log_recompile(name: str, entries, args, constant: bool, reason: str | None = None) -> None:
+    """Logs why a call missed: `reason` where the caller knows it (a jitted module's tree
+    changed), else the first failing check of the nearest entry."""
     if log.isEnabledFor(logging.INFO):
-        log.info("recompiling %s: %s", name, miss_reason(entries, args, constant))
+        log.info("recompiling %s: %s", name, reason or miss_reason(entries, args, constant))
 
