@@ -1,0 +1,38 @@
+"""perf/static_cost.py --quick: every variant's static cost, side by side, and the hand-written
+kernels it compares with are right."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+PERF = Path(__file__).resolve().parent.parent / "perf"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("perf_static_cost", PERF / "static_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module         # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_mode_prints_every_variant(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
+    results = load().main(["--quick"])
+    printed = capsys.readouterr().out
+    assert len(results) == 3 and "B/warp-instr" in printed
+    for case, rows in results.items():
+        variants = [r.variant for r in rows]
+        rope = case.startswith("seed RoPE")
+        assert variants == ["ours", "ours, no vectorization", "hand-written"] + (
+            ["Liger-Kernel"] if rope else []), case
+        for r in rows:
+            assert f"### {case}" in printed
+            if r.variant == "Liger-Kernel" and r.cost is None:
+                assert r.note.startswith("not available"), r.note      # no wheel here
+                continue
+            assert r.cost is not None and "WRONG" not in r.note, (case, r.variant, r.note)
+            assert r.cost.instructions > 0 and r.cost.bytes_moved > 0
+            assert r.widths["st"], (case, r.variant)
+        ours, hand = rows[0].cost, rows[2].cost
+        assert ours.bytes_moved == hand.bytes_moved         # the same tile, the same bytes
