@@ -9,7 +9,9 @@ size symbolic mode specialized and the op or source line that forced it; the ent
 
 Compiling an entry reports the same fallbacks (`report_fallbacks`): a warning once per function
 for a named executor that runs nothing at all, with the reason, and one INFO record on the
-`ir.fallbacks` logger per op left to torch.
+`ir.fallbacks` logger per op left to torch. In symbolic mode, an op without a symbolic shape
+rule (`ir.shape_rules`) specializes the sizes of its arguments: one INFO record on the
+`ir.recompiles` logger per such op names it and the sizes (`report_unruled_ops`).
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ import warnings
 from ir.executors import torch_executor
 from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
-from ir.recompiles import size_origins
+from ir.recompiles import log as recompile_log, size_origins
 from ir.trace import iter_vars, render
+from ir.tracing import NO_RULE
 
 log = logging.getLogger("ir.fallbacks")
 
@@ -173,6 +176,23 @@ def _summary(reasons) -> str:
 def _runs_on(eqn, executor) -> bool:
     """Whether the executor runs eqn: claimed it, or fused it into a differentiable unit."""
     return eqn.executor is executor or getattr(eqn.executor, "fusion_executor", None) is executor
+
+
+def report_unruled_ops(jfn, entry) -> None:
+    """After compiling `entry` in symbolic mode: an INFO record on the `ir.recompiles` logger per
+    op without a symbolic shape rule, naming the op and the sizes it specialized (a call with
+    other values of them is a new entry)."""
+    if not recompile_log.isEnabledFor(logging.INFO):
+        return
+    pinned = collections.defaultdict(list)
+    for item in _specialized(entry):
+        if item["cause"].endswith(f"({NO_RULE})"):
+            pinned[item["cause"].removesuffix(f" ({NO_RULE})")].append(
+                f"{item['of']} = {item['value']}")
+    for op, sizes in pinned.items():
+        recompile_log.info("%s: %s has no symbolic shape rule: its sizes are specialized in "
+                           "symbolic values mode (%s); other values of them are new entries",
+                           jfn.__name__, op, ", ".join(sizes))
 
 
 def report_fallbacks(jfn, entry, warned: set) -> None:

@@ -376,6 +376,7 @@ class JitFunction:
         entry = self.compile(args)
         entry.key = key
         diagnostics.report_fallbacks(self, entry, self.warned_executors)
+        diagnostics.report_unruled_ops(self, entry)
         if self.caching:
             self.entries.setdefault(key, []).append(entry)
             self.history.append(entry)

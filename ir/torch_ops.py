@@ -764,23 +764,3 @@ FACTORIES = frozenset({torch.full, torch.zeros, torch.ones, torch.empty, torch.a
 HANDLERS[torch.zeros_like] = _like_factory(0)
 HANDLERS[torch.ones_like] = _like_factory(1)
 HANDLERS[torch.full_like] = _like_factory(None)
-
-
-
-# ---- reductions (run by torch, with a symbolic shape rule) ------------------------------------
-
-def _reduction(fn, all_dims):
-    """torch.sum-like `fn(input, dim, keepdim, dtype=)`: an opaque call whose output shape is
-    known symbolically, so a reduction specializes no size (`x / x.sum(-1, keepdim=True)`)."""
-    def reduce(input, dim=all_dims, keepdim=False, **kwargs):
-        listed = dim if isinstance(dim, (tuple, list)) else () if dim is None else (dim,)
-        dims = {_dim(d, input.ndim) for d in listed} or set(range(input.ndim))
-        shape = tuple(1 if d in dims else s for d, s in enumerate(input.shape)
-                      if keepdim or d not in dims)
-        return opaque(fn, (input, dim), {"keepdim": keepdim, **kwargs}, shapes=[shape])
-    return reduce
-
-
-for _fn, _all in ((torch.sum, None), (torch.mean, None), (torch.amax, ()), (torch.amin, ())):
-    register(_fn, getattr(torch.Tensor, _fn.__name__), methods=(_fn.__name__,))(
-        _reduction(_fn, _all))

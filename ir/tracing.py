@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import linecache
+import logging
 import os
 import re
 import sys
@@ -160,8 +161,9 @@ class _TracingMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.ctx.depth == 0:
+            from ir.shape_rules import SHAPE_RULES
             from ir.torch_ops import FACTORIES, HANDLERS
-            if func in FACTORIES or (func in HANDLERS and any(
+            if func in FACTORIES or ((func in HANDLERS or func in SHAPE_RULES) and any(
                     type(v) in _REAL_TENSORS for v in pytree.tree_flatten((args, kwargs))[0])):
                 return self.ctx.call_torch(func, args, kwargs)
         return func(*args, **kwargs)
@@ -360,8 +362,10 @@ def compare(op: str, a, b) -> bool:
         if pinned:          # a float forced to its value
             ctx.specialized(a if isinstance(a, FloatProxy) else b, pinned[0])
     if guard == "eq" and all(type(x) is int or isinstance(x, IntProxy) for x in (a, b)):
-        # from now on the two are one size: the left one becomes the right one, or the int
-        if isinstance(a, IntProxy):
+        # from now on the two are one size: the int, or the one the trace defines first (so
+        # every use of the pair comes after its definition); else the right one
+        if isinstance(a, IntProxy) and (not isinstance(b, IntProxy)
+                                        or _definition(ctx, b) <= _definition(ctx, a)):
             ctx.aliases[id(a)] = b
         else:
             ctx.aliases[id(b)] = a
@@ -375,6 +379,11 @@ def compare(op: str, a, b) -> bool:
     if guard in ("ge", "gt") and isinstance(a, IntProxy) and type(b) is int:
         ctx.lower_bounds[id(a)] = max(ctx.lower_bounds.get(id(a), b), b + (guard == "gt"))
     return result
+
+
+def _definition(ctx, size: IntProxy) -> int:
+    """The position in the trace of the equation defining size (-1: an input, defined first)."""
+    return next((i for i, eqn in enumerate(ctx.eqns) if any(o is size for o in eqn.outs)), -1)
 
 
 def guard_key(guard) -> tuple:
@@ -541,16 +550,22 @@ def tensor_method(self, name: str):
     method = getattr(torch.Tensor, name, None)
     if method is None or not callable(method):
         raise AttributeError(f"traced tensor has no attribute {name!r}")
-    return lambda *args, **kwargs: opaque(method, (self, *args), kwargs)
+    return functools.partial(_opaque_method, name, method, self)
+
+
+def _opaque_method(name, method, self, *args, **kwargs):
+    with current().op(f"Tensor.{name}"):
+        return opaque(method, (self, *args), kwargs)
 
 
 # ---- opaque symbols ----------------------------------------------------------------------
 
-def _to_meta(x, size=specialize):
+def _to_meta(x):
+    """x for a run on meta tensors: sizes and numbers at their values in this call, unguarded."""
     if isinstance(x, TensorProxy):
-        return torch.empty([size(s) for s in x.shape], dtype=x.dtype, device="meta")
+        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
     if isinstance(x, ScalarProxy):
-        return specialize(x)
+        return x.hint
     if isinstance(x, torch.device):
         return torch.device("meta")
     return x
@@ -565,36 +580,71 @@ def _opaque_name(fn) -> str:
     return f"opaque_{name}"
 
 
-def opaque(fn, args, kwargs, shapes=None):
-    """Records a torch function the tracer does not model; torch runs it at call time. Its
-    outputs' metadata come from running it on meta tensors, which specializes every size of its
-    tensor arguments, unless the caller knows the outputs' symbolic `shapes` (a shape rule)."""
+NO_RULE = "no symbolic shape rule"
+
+
+def opaque(fn, args, kwargs):
+    """Records a torch function the tracer does not model; torch runs it at call time. It runs
+    on meta tensors here (the sizes at their values in this call), which raises eager's errors
+    and gives the outputs' dtypes. In symbolic mode the outputs' shapes come from the op's shape
+    rule (`ir.shape_rules`), as size expressions; an op without one specializes every size of its
+    tensor arguments, each recorded as caused by the op having no rule. Where meta refuses the
+    call, it is repeated on empty CPU tensors, which raises eager's own exception."""
     name = getattr(fn, "__name__", repr(fn))
     if name.endswith("_") and not name.endswith("__"):
         raise NotImplementedError(f"in-place torch function {name} is not supported by ir.jit")
     flat, spec = pytree.tree_flatten((args, kwargs))
     devices = [x.device for x in flat if isinstance(x, TensorProxy)]
     devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
-    size = specialize if shapes is None else hint
-    meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x, size) for x in flat], spec)
     refuse_in_place(fn, args, kwargs)
+    meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
     try:
         result = fn(*meta_args, **meta_kwargs)
-    except (IndexError, ValueError, TypeError, RuntimeError) as e:
-        if isinstance(e, NotImplementedError) or "meta" in str(e):
-            raise NotImplementedError(
-                f"ir.jit cannot trace {name}: running it on meta tensors failed ({e})") from e
-        raise       # what eager raises for these arguments
+    except Exception as e:      # noqa: BLE001  (eager decides what is raised)
+        if not isinstance(e, NotImplementedError):
+            fn(*_stand_in(args, "cpu"), **{k: _stand_in(v, "cpu") for k, v in kwargs.items()})
+        raise NotImplementedError(        # meta refuses what eager accepts
+            f"ir.jit cannot trace {name}: running it on meta tensors failed ({e})") from e
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     if not all(isinstance(r, torch.Tensor) for r in results):
         raise NotImplementedError(
             f"ir.jit cannot trace {name}: it returns {type(result).__name__}, not tensors")
+    shapes = _symbolic_shapes(fn, args, kwargs, results) if current().symbolic else None
+    if shapes is None:
+        shapes = [r.shape for r in results]
+        with current().op(f"{_opaque_name(fn)} ({NO_RULE})"):
+            for x in flat:
+                if isinstance(x, TensorProxy):
+                    for s in x.shape:
+                        specialize(s)
+                elif isinstance(x, IntProxy):
+                    specialize(x)
     device = devices[0] if devices else torch.device("cpu")
-    outs = [new_tensor(r.shape if shapes is None else shape, r.dtype, device, _needs_grad(flat))
-            for r, shape in zip(results, shapes or results)]
-    args = pytree.tree_unflatten([specialize(x) for x in flat], spec)
+    outs = [new_tensor(shape, r.dtype, device, _needs_grad(flat))
+            for r, shape in zip(results, shapes)]
+    # ints the rule left symbolic (a size in `normalized_shape`, `roll`'s shifts) are passed at
+    # run time; floats are specialized (eager's kernels may round them by value)
+    args = pytree.tree_unflatten([canonical(x) if isinstance(x, IntProxy) else specialize(x)
+                                  for x in flat], spec)
     record(prims.opaque, args[0], {"fn": fn, "fn_name": _opaque_name(fn), "kwargs": args[1],
                                    "sequence": isinstance(result, (tuple, list))}, outs)
     if isinstance(result, (tuple, list)):
-        return type(result)(outs) if isinstance(result, list) else tuple(outs)
+        return list(outs) if isinstance(result, list) else type(result)(outs)
     return outs[0]
+
+
+def _symbolic_shapes(fn, args, kwargs, results):
+    """The outputs' shapes by fn's shape rule, or None where it has none (or one that disagrees
+    with the meta run, a defect in the rule: logged, and the sizes are specialized)."""
+    from ir.shape_rules import output_shapes
+    shapes = output_shapes(fn, args, kwargs)
+    if shapes is None:
+        return None
+    shapes = [tuple(canonical(s) for s in shape) for shape in shapes]
+    if [[hint(s) for s in shape] for shape in shapes] != [list(r.shape) for r in results]:
+        logging.getLogger("ir.recompiles").warning(
+            "the shape rule of %s gave %s where torch gives %s; its sizes are specialized",
+            _opaque_name(fn), [tuple(hint(s) for s in shape) for shape in shapes],
+            [tuple(r.shape) for r in results])
+        return None
+    return shapes

@@ -1,0 +1,265 @@
+"""Symbolic output shapes of the torch ops the tracer leaves to torch (opaque calls).
+
+In "symbolic values" mode an opaque call's outputs get the shapes its rule computes from the
+arguments' symbolic sizes, so one cache entry serves every size (`F.linear(x, w)` is
+`x.shape[:-1] + (w.shape[0],)` for every batch and sequence length). `SHAPE_RULES` maps each torch
+callable (function, method, `Tensor.__matmul__`) to a rule taking the call's own arguments and
+returning the list of its outputs' shapes, or None where it does not apply (an unusual signature:
+the call then specializes its sizes, as an op without a rule does). A rule guards the relations
+the op needs (`x.shape[-1] == w.shape[1]`) as equalities between sizes, never by pinning them.
+
+The call still runs on meta tensors first, at the sizes' values in the traced call: that raises
+eager's errors and gives the output dtypes, and a rule's shapes are checked against it.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+from ir.proxies import TensorProxy, hint, same_size
+from ir.torch_ops import _dim, broadcast_shape
+
+SHAPE_RULES: dict = {}
+
+
+def rule(*targets):
+    """Registers a rule for torch callables given as objects or as names, a name standing for
+    each of `torch.<name>`, `torch.Tensor.<name>` and `F.<name>` that exists."""
+    def wrap(fn):
+        for target in targets:
+            if isinstance(target, str):
+                for space in (torch, torch.Tensor, F):
+                    if hasattr(space, target):
+                        SHAPE_RULES[getattr(space, target)] = fn
+            else:
+                SHAPE_RULES[target] = fn
+        return fn
+    return wrap
+
+
+def output_shapes(fn, args, kwargs):
+    """The symbolic shapes of fn(*args, **kwargs)'s outputs by its rule, or None (no rule, or a
+    signature the rule does not take)."""
+    found = SHAPE_RULES.get(fn)
+    if found is None:
+        return None
+    try:
+        inspect.signature(found).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    return found(*args, **kwargs)
+
+
+def equal(a, b) -> None:
+    """Guards two sizes equal (the op requires it, and eager's check on meta tensors passed)."""
+    if not same_size(a, b) and a != b:
+        raise RuntimeError(f"ir.jit: a shape rule found sizes {hint(a)} and {hint(b)} unequal "
+                           "where eager's check passed")
+
+
+def _tensors(*xs):
+    return [x for x in xs if isinstance(x, TensorProxy)]
+
+
+# ---- same shape as the input ----------------------------------------------------------------
+
+@rule("softmax", "log_softmax", "softmin", "dropout", "dropout1d", "dropout2d", "dropout3d",
+      "alpha_dropout", "feature_alpha_dropout", "gelu", "silu", "mish", "softplus", "elu", "selu",
+      "celu", "leaky_relu", "hardtanh", "relu6", "hardswish", "hardsigmoid", "logsigmoid",
+      "softsign", "tanhshrink", "hardshrink", "softshrink", "threshold", "erf", "erfc",
+      "erfinv", "log1p", "expm1", "log2", "log10", "sign", "sgn", "floor", "ceil", "trunc",
+      "round", "frac", "reciprocal", "square", "tan", "asin", "acos", "atan", "sinh", "cosh",
+      "asinh", "acosh", "atanh", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not",
+      "nan_to_num", "cumsum", "cumprod", "logcumsumexp", "flip", "roll", "tril", "triu",
+      "resolve_neg", "resolve_conj", "detach", "normalize",
+      torch.Tensor.to, torch.Tensor.contiguous, torch.clone, torch.Tensor.clone,
+      torch.Tensor.__invert__)
+def same_as_input(input, *args, **kwargs):
+    return [input.shape]
+
+
+@rule("sort")
+def values_and_indices(input, *args, **kwargs):
+    return [input.shape, input.shape]
+
+
+# ---- elementwise ops that broadcast their tensor arguments -----------------------------------
+
+@rule("remainder", "fmod", "atan2", "floor_divide", "bitwise_and", "bitwise_or", "bitwise_xor",
+      "logical_and", "logical_or", "logical_xor", "hypot", "copysign", "lerp", "addcmul",
+      "addcdiv", "xlogy", "div", torch.Tensor.__and__, torch.Tensor.__or__, torch.Tensor.__xor__,
+      torch.Tensor.__floordiv__, torch.Tensor.__mod__, torch.Tensor.__rfloordiv__,
+      torch.Tensor.__rmod__)
+def broadcast(*args, **kwargs):
+    return [broadcast_shape(*[t.shape for t in _tensors(*args, *kwargs.values())])]
+
+
+@rule("masked_fill")
+def masked_fill(input, mask, value):
+    equal_broadcast(input.shape, mask.shape)
+    return [input.shape]
+
+
+def equal_broadcast(shape, other) -> None:
+    """Guards that `other` broadcasts to `shape` (eager requires it of a mask, a bias, ...)."""
+    broadcast_shape(shape, other)
+
+
+# ---- reductions ---------------------------------------------------------------------------
+
+def reduced(input, dim, keepdim) -> tuple:
+    """input's shape reduced over `dim` (an int, a sequence of them, or None or () for all)."""
+    listed = dim if isinstance(dim, (tuple, list)) else () if dim is None else (dim,)
+    dims = {_dim(d, input.ndim) for d in listed} or set(range(input.ndim))
+    return tuple(1 if d in dims else s for d, s in enumerate(input.shape)
+                 if keepdim or d not in dims)
+
+
+@rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod", "count_nonzero",
+      "any", "all", "argmax", "argmin")
+def reduction(input, dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@rule("var", "std")
+def variance(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kwargs):
+    if isinstance(dim, bool):           # var(input, unbiased)
+        dim = None
+    return [reduced(input, dim, keepdim)]
+
+
+@rule("var_mean", "std_mean")
+def variance_and_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None,
+                      **kwargs):
+    return variance(input, dim, unbiased, keepdim) * 2
+
+
+@rule("max", "min")
+def max_min(input, dim=None, keepdim=False, **kwargs):
+    if isinstance(dim, TensorProxy):        # the binary form: torch.max(a, b)
+        return [broadcast_shape(input.shape, dim.shape)]
+    if dim is None:
+        return [()]
+    shape = reduced(input, dim, keepdim)
+    return [shape, shape]
+
+
+@rule("topk")
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    d = _dim(dim, input.ndim)
+    shape = input.shape[:d] + (k,) + input.shape[d + 1:]
+    return [shape, shape]
+
+
+# ---- matrix products ---------------------------------------------------------------------
+
+@rule("matmul", torch.Tensor.__matmul__)
+def matmul(input, other):
+    a, b = input.shape, other.shape
+    equal(a[-1], b[-2] if len(b) >= 2 else b[0])
+    if len(a) == 1 and len(b) == 1:
+        return [()]
+    if len(b) == 1:
+        return [a[:-1]]
+    if len(a) == 1:
+        return [b[:-2] + b[-1:]]
+    return [broadcast_shape(a[:-2], b[:-2]) + (a[-2], b[-1])]
+
+
+SHAPE_RULES[torch.Tensor.__rmatmul__] = lambda input, other: matmul(other, input)
+
+
+@rule("mm")
+def mm(input, mat2):
+    equal(input.shape[1], mat2.shape[0])
+    return [(input.shape[0], mat2.shape[1])]
+
+
+@rule("bmm")
+def bmm(input, mat2):
+    equal(input.shape[0], mat2.shape[0])
+    equal(input.shape[2], mat2.shape[1])
+    return [(input.shape[0], input.shape[1], mat2.shape[2])]
+
+
+@rule("addmm", "baddbmm")
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    (shape,) = (bmm if mat1.ndim == 3 else mm)(mat1, mat2)
+    equal_broadcast(shape, input.shape)
+    return [shape]
+
+
+@rule(F.linear)
+def linear(input, weight, bias=None):
+    equal(input.shape[-1], weight.shape[-1])
+    shape = input.shape[:-1] + weight.shape[:-1]
+    if isinstance(bias, TensorProxy):
+        equal_broadcast(shape, bias.shape)
+    return [shape]
+
+
+# ---- normalization, embedding, attention -----------------------------------------------------
+
+@rule(F.layer_norm, torch.layer_norm, F.rms_norm, torch.rms_norm)
+def normalization(input, normalized_shape, weight=None, bias=None, eps=None, *args):
+    normalized = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) \
+        else (normalized_shape,)
+    for a, b in zip(input.shape[input.ndim - len(normalized):], normalized):
+        equal(a, b)
+    for param in _tensors(weight, bias):
+        for a, b in zip(param.shape, normalized):
+            equal(a, b)
+    return [input.shape]
+
+
+@rule(F.embedding)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    return [input.shape + weight.shape[1:]]
+
+
+SHAPE_RULES[torch.embedding] = lambda weight, indices, *args: embedding(indices, weight)
+
+
+@rule(F.scaled_dot_product_attention)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    equal(query.shape[-1], key.shape[-1])
+    equal(key.shape[-2], value.shape[-2])
+    if enable_gqa:      # key and value heads divide the query's
+        batch = query.shape[:-2]
+        for t in (key, value):
+            equal(batch[-1] % t.shape[-3], 0)
+            equal_broadcast(batch[:-1], t.shape[:-3])
+    else:
+        batch = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if isinstance(attn_mask, TensorProxy):
+        equal_broadcast(batch + (query.shape[-2], key.shape[-2]), attn_mask.shape)
+    return [batch + (query.shape[-2], value.shape[-1])]
+
+
+# ---- losses -------------------------------------------------------------------------------
+
+@rule(F.cross_entropy, F.nll_loss)
+def class_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+               reduction="mean", label_smoothing=0.0):
+    if size_average is not None or reduce is not None:
+        return None     # the legacy arguments decide the reduction
+    if reduction != "none":
+        return [()]
+    if input.ndim == 1:
+        return [()]
+    return [input.shape[:1] + input.shape[2:]]
+
+
+@rule(F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
+      F.binary_cross_entropy_with_logits, F.soft_margin_loss)
+def pointwise_loss(input, target, *args, reduction="mean", size_average=None, reduce=None,
+                   **kwargs):
+    if size_average is not None or reduce is not None or args:
+        return None     # positional or legacy arguments: left to the meta run
+    if reduction != "none":
+        return [()]
+    return [broadcast_shape(input.shape, target.shape)]
