@@ -122,15 +122,45 @@ def _div(eqn, cts):
         [(b, mul(neg(ct), div(div(a, b), b)))] if needs_grad(b) else [])
 
 
+_unary("erf")(lambda ct, x, y: mul(mul(1.1283791670955126, _op("exp")(neg(mul(x, x)))), ct))
+
+
+@_unary("silu")
+def _silu(ct, x, y):
+    # eager's silu_backward: grad * s * (1 + x * (1 - s)), s = sigmoid(x)
+    s = _op("sigmoid")(x)
+    return mul(mul(ct, s), add(1, mul(x, sub(1, s))))
+
+
+@grad_rule(prims.gelu)
+def _gelu(eqn, cts):
+    """eager's gelu_backward, constants included."""
+    (x,), (ct,) = eqn.args, cts
+    if eqn.params["approximate"] == "none":
+        cdf = mul(0.5, add(1, _op("erf")(mul(x, 0.7071067811865476))))
+        pdf = mul(_op("exp")(mul(mul(-0.5, x), x)), 0.3989422804014327)
+        return [(x, mul(ct, add(cdf, mul(x, pdf))))]
+    beta, kappa = 0.7978845608028654, 0.044715
+    x_sq = mul(x, x)
+    inner = mul(beta, add(x, mul(kappa, mul(x_sq, x))))
+    tanh_inner = _op("tanh")(inner)
+    left_derivative = mul(0.5, add(1, tanh_inner))
+    tanh_derivative = sub(1, mul(tanh_inner, tanh_inner))
+    inner_derivative = mul(beta, add(1, mul(3 * kappa, x_sq)))
+    right_derivative = mul(mul(mul(0.5, x), tanh_derivative), inner_derivative)
+    return [(x, mul(ct, add(left_derivative, right_derivative)))]
+
+
 @grad_rule(prims.PRIMS["pow"])
 def _pow(eqn, cts):
+    """eager's pow_backward: grad * (e * x ** (e - 1)) (x ** 0 is 1, NaN too); zeros for e = 0."""
     x, e = eqn.args
     if isinstance(e, TensorProxy) or not needs_grad(x):
         raise NotImplementedError("no fused gradient of a tensor exponent")
-    if e == 1:
-        return [(x, cts[0])]
-    power = x if e == 2 else emit(prims.PRIMS["pow"], x, e - 1)
-    return [(x, mul(cts[0], mul(e, power)))]
+    if e == 0:
+        return [(x, emit(prims.full, tuple(x.shape), value=0.0, dtype=x.dtype, device=x.device,
+                         like=x))]
+    return [(x, mul(cts[0], mul(e, emit(prims.PRIMS["pow"], x, e - 1))))]
 
 
 def _select(cond, ct, keep_when_true: bool):

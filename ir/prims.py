@@ -133,7 +133,7 @@ def _first_tensor(*xs):
     return next((x for x in xs if isinstance(x, TensorProxy)), None)
 
 
-UNARY = ("neg", "abs", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt", "rsqrt")
+UNARY = ("neg", "abs", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt", "rsqrt", "erf")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 COMPARE = ("gt", "lt", "ge", "le", "eq", "ne")
 
@@ -143,6 +143,11 @@ for _name in BINARY:
     define(_name, "elementwise", lambda a, b: _same(_first_tensor(a, b)))
 for _name in COMPARE:
     define(_name, "elementwise", lambda a, b: _same(_first_tensor(a, b), dtype=torch.bool))
+# Activations, as eager computes them (in fp32 for fp16/bf16, rounded once): silu(x) =
+# x / (1 + exp(-x)); gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))), or with approximate="tanh"
+# 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))).
+silu = define("silu", "elementwise", lambda t: _same(t))
+gelu = define("gelu", "elementwise", lambda t, *, approximate: _same(t))
 
 # A torch call the tracer does not model; one returning a sequence of one tensor (`x.split`)
 # is indexed, so its single output names the tensor, not the sequence.

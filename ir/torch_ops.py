@@ -196,7 +196,25 @@ _binary("div", torch.div, "__truediv__", "__rtruediv__")
 
 @register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, methods=("pow", "__pow__"))
 def pow(input, exponent):
+    if isinstance(input, TensorProxy) and not isinstance(exponent, TensorProxy):
+        return _pow_number(input, exponent)
     return elementwise("pow", torch.pow, input, exponent)
+
+
+def _pow_number(input, exponent):
+    """x ** number as eager computes it. The number is a constant of the trace (a runtime one is
+    specialized): eager's kernel depends on its value (x * x for 2, sqrt for 0.5, 1 for 0). An
+    fp16/bf16 base gets it rounded to its dtype, as eager's kernel converts it; an integer base
+    to a negative integer power is refused with eager's error."""
+    exponent = specialize(exponent)
+    if (not input.dtype.is_floating_point and isinstance(exponent, int)
+            and not isinstance(exponent, bool) and exponent < 0):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    dtype = meta_dtype(torch.pow, input, exponent)
+    if dtype in _NARROW_FLOATS and _is_number(exponent) and not isinstance(exponent, bool):
+        rounded = torch.tensor(float(exponent), dtype=torch.float64).to(dtype).item()
+        exponent = exponent if rounded == exponent else rounded
+    return bind(prims.PRIMS["pow"], convert(input, dtype), exponent)
 
 
 register(torch.Tensor.__rpow__, methods=("__rpow__",))(
@@ -264,6 +282,16 @@ def clamp(input, min=None, max=None):
     return _scalar_bound("minimum", _scalar_bound("maximum", input, min, dtype), max, dtype)
 
 
+@register(torch.clamp_min, torch.Tensor.clamp_min, methods=("clamp_min",))
+def clamp_min(input, min):
+    return clamp(input, min=min)
+
+
+@register(torch.clamp_max, torch.Tensor.clamp_max, methods=("clamp_max",))
+def clamp_max(input, max):
+    return clamp(input, max=max)
+
+
 @register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
 def relu(input, inplace=False):
     # a select, not clamp(input, 0): its gradient is eager's (0 where input <= 0, NaN passes),
@@ -272,9 +300,21 @@ def relu(input, inplace=False):
     return where(METHODS["le"](input, 0), zero, input)
 
 
-@register(F.silu, methods=("silu",))
+def _activation(prim, fn, input, **params):
+    """A float activation prim; eager has no integer kernel (it raises when called)."""
+    if not input.dtype.is_floating_point:
+        return opaque(fn, (input,), params)
+    return bind(prim, input, **params)
+
+
+@register(F.silu)
 def silu(input, inplace=False):
-    return mul(input, elementwise("sigmoid", torch.sigmoid, input))
+    return _activation(prims.silu, F.silu, input)
+
+
+@register(F.gelu)
+def gelu(input, approximate="none"):
+    return _activation(prims.gelu, F.gelu, input, approximate=approximate)
 
 
 @register(torch.where, torch.Tensor.where)
@@ -289,6 +329,21 @@ def where(condition, input, other):
     if not any(isinstance(x, TensorProxy) for x in (input, other)):
         input = full(shape, input, dtype=dtype, device=condition.device)
     return bind(prims.where, expand_to(condition, shape), input, other)
+
+
+@register(torch.masked_fill, torch.Tensor.masked_fill, methods=("masked_fill",))
+def masked_fill(input, mask, value):
+    """where(mask, value, input) in input's dtype: eager converts the value (a number, or a 0-d
+    tensor) to it and never promotes; the result has the broadcast shape of input and mask.
+    Eager's checks (a bool mask, a 0-d value) ran while tracing."""
+    dtype = input.dtype
+    shape = broadcast_shape(input.shape, mask.shape)
+    if isinstance(value, TensorProxy):
+        value = expand_to(convert(value, dtype), shape)
+    else:
+        value = stored_scalar(value, dtype, lambda v: torch.masked_fill(
+            _one(dtype), torch.ones(1, dtype=torch.bool), v))
+    return bind(prims.where, expand_to(mask, shape), value, expand_to(input, shape))
 
 
 # ---- dtype and layout ----------------------------------------------------------------------
@@ -635,6 +690,74 @@ def narrow(input, dim, start, length):
     if start < 0:       # eager wraps a negative start once (its range was checked)
         start = start + input.shape[d]
     return getitem(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+def _pieces(input, d, lengths):
+    """Slices of input along dim d of these lengths, in order (eager's split views); the last
+    ends at the dim's size."""
+    bounds = [(0, s, 1) for s in input.shape]
+    pieces, start = [], 0
+    for k, length in enumerate(lengths):
+        stop = input.shape[d] if k == len(lengths) - 1 else start + length
+        pieces.append(slice_dims(input, bounds[:d] + [(start, stop, 1)] + bounds[d + 1:]))
+        start = stop
+    return tuple(pieces)
+
+
+def _split(input, split_size, dim):
+    """Eager's split: pieces of split_size, the last one shorter, at least one piece. With
+    runtime sizes each comparison is a guard of the entry, so one entry serves every size that
+    gives the same number of pieces."""
+    d = _dim(dim, input.ndim)
+    size, lengths, start = input.shape[d], [], 0
+    while start + split_size < size:
+        lengths.append(split_size)
+        start = start + split_size
+    return _pieces(input, d, lengths + [size - start])
+
+
+@register(torch.split)
+def split(tensor, split_size_or_sections, dim=0):
+    if isinstance(split_size_or_sections, (tuple, list)):
+        return split_with_sizes(tensor, split_size_or_sections, dim)
+    return _split(tensor, split_size_or_sections, dim)
+
+
+@register(torch.Tensor.split, methods=("split",))
+def split_method(self, split_size, dim=0):
+    return split(self, split_size, dim)
+
+
+@register(torch.split_with_sizes, torch.Tensor.split_with_sizes, methods=("split_with_sizes",))
+def split_with_sizes(input, split_sizes, dim=0):
+    d = _dim(dim, input.ndim)
+    total = 0
+    for s in split_sizes:
+        total = total + s
+    if total != input.shape[d]:     # a guard where the dim's size is a runtime one
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to "
+                           f"{hint(input.shape[d])}, but got split_sizes={list(split_sizes)}")
+    return _pieces(input, d, list(split_sizes))
+
+
+@register(torch.chunk, torch.Tensor.chunk, methods=("chunk",))
+def chunk(input, chunks, dim=0):
+    """Eager's chunk: split by ceil(size / chunks), so fewer than `chunks` pieces may come
+    back; a dim of size 0 gives `chunks` empty pieces."""
+    d = _dim(dim, input.ndim)
+    size = input.shape[d]
+    if size == 0:
+        return _pieces(input, d, [0] * chunks)
+    return _split(input, (size + chunks - 1) // chunks, d)
+
+
+@register(torch.unbind, torch.Tensor.unbind, methods=("unbind",))
+def unbind(input, dim=0):
+    """One slice per index of the dim, each without the dim (its count is a constant: the
+    dim's size is specialized)."""
+    d = _dim(dim, input.ndim)
+    return tuple(getitem(input, (slice(None),) * d + (i,))
+                 for i in range(specialize(input.shape[d])))
 
 
 @register(torch.cat, torch.concat, torch.concatenate)

@@ -52,7 +52,15 @@ UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
              "log": "libdevice.log({0})", "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})",
              "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
              "sigmoid": "tl.div_rn(1.0, 1.0 + libdevice.exp(-{0}))",
-             "tanh": "libdevice.tanh({0})"}
+             "tanh": "libdevice.tanh({0})", "erf": "libdevice.erf({0})",
+             "silu": "tl.div_rn({0}, 1.0 + libdevice.exp(-{0}))"}
+# gelu by its `approximate`, with eager's constants (sqrt(1/2); sqrt(2/pi) and 0.044715)
+GELU_SRC = {"none": "{0} * 0.5 * (1.0 + libdevice.erf({0} * 0.7071067811865476))",
+            "tanh": "0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * "
+                    "({0} * {0} * {0}))))"}
+# pow by a constant float exponent, as eager special-cases it (others: libdevice.pow)
+POW_SRC = {2: "{0} * {0}", 3: "{0} * {0} * {0}", -2: "tl.div_rn(1.0, {0} * {0})",
+           0.5: "tl.sqrt_rn({0})", -0.5: UNARY_SRC["rsqrt"], -1: "tl.div_rn(1.0, {0})"}
 # Float neg is `x * -1.0` (Triton's -x is 0 - x, which gives +0.0 for x = +0.0).
 # maximum/minimum as eager computes them: NaN wins, and of two equal values (+0.0 and -0.0)
 # the first operand is the result.
@@ -554,14 +562,35 @@ def _elementwise(w, eqn, idx, mask, path):
         return w.let("v", f"{args[0]} * -1.0")
     if name in UNARY_SRC:
         return w.let("v", UNARY_SRC[name].format(*args))
+    if name == "gelu":
+        return w.let("v", GELU_SRC[eqn.params["approximate"]].format(*args))
     if name == "pow":
-        return w.let("v", " * ".join([args[0]] * int(eqn.args[1])) if eqn.args[1] else "1")
+        return _pow(w, args[0], eqn.args[1], eqn.out.dtype)
     b = eqn.args[-1]
     runtime_float = isinstance(b, FloatProxy) or (isinstance(b, TensorProxy)
                                                   and b.dtype.is_floating_point)
     nan = (f" | ({args[1]} != {args[1]})" if runtime_float
            else " | True" if isinstance(b, float) and math.isnan(b) else "")
     return w.let("v", BINARY_SRC[name].format(*args, nan=nan))
+
+
+def _pow(w, x: str, e, dtype) -> str:
+    """x ** e for a constant e as eager computes it: 0 gives 1 (NaN too), 1 gives x; a float by
+    `POW_SRC`; an integer by squaring (wrapping as eager's does; e >= 0, eager refuses less)."""
+    if e == 0:
+        return w.constant_tile(1, dtype)
+    if e == 1:
+        return x
+    if dtype.is_floating_point:
+        return w.let("v", POW_SRC.get(e, f"libdevice.pow({{0}}, {float(e)!r})").format(x))
+    result, square, e = None, x, int(e)
+    while True:
+        if e & 1:
+            result = square if result is None else w.let("v", f"{result} * {square}")
+        e >>= 1
+        if not e:
+            return result
+        square = w.let("v", f"{square} * {square}")
 
 
 def _convert(w, eqn, idx, mask, path):
@@ -803,16 +832,13 @@ def _full_merged(eqn, args, params, k, inner):
     return (tuple(args[0][:k]) + (args[0][k] * inner,),), params
 
 
-POW_EXPONENTS = frozenset({1, 2, 3, 4})
-
-
 def _pow_refusal(eqn):
-    exponent = eqn.args[1]
-    if (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
-            and float(exponent).is_integer() and int(exponent) in POW_EXPONENTS):
+    base, exponent = eqn.args
+    if not isinstance(base, TensorProxy) or isinstance(exponent, TensorProxy):
+        return "pow is fused with a tensor base and a number exponent only"
+    if math.isfinite(exponent) and (base.dtype.is_floating_point or exponent == int(exponent)):
         return None
-    return (f"pow is fused for the constant exponents {sorted(POW_EXPONENTS)} only, "
-            f"not {exponent!r}")
+    return f"pow is not fused with the exponent {exponent!r}"
 
 
 def _never(eqn, k) -> bool:
@@ -830,9 +856,10 @@ register(prims.broadcast_in_dim, lower=_broadcast, view=True, merges=_broadcast_
          merged=_broadcast_merged)
 register(prims.permute, lower=_permute, view=True, merges=_never)
 register(prims.reshape, lower=_reshape, view=True, merges=_never)
-_FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div"}
+_FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
+               "silu", "gelu"}
 _ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "neg", "abs", "pow"}
-for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow"]:
+for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow", "gelu"]:
     register(prims.PRIMS[_name], lower=_elementwise, float_only=_name in _FLOAT_ONLY,
              no_bool=_name in _ARITHMETIC, refuse=_pow_refusal if _name == "pow" else None)
 

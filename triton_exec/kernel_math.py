@@ -9,25 +9,31 @@ without.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _LIBDEVICE = "triton.language.extra.libdevice"
 
 _NUMPY = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-          "rsqrt": lambda a: 1 / np.sqrt(a)}
+          "rsqrt": lambda a: 1 / np.sqrt(a),
+          # numpy has no erf: Python's (double precision), rounded once to the tile's dtype
+          "erf": np.vectorize(math.erf, otypes=[np.float64]),
+          "pow": np.power}     # pow(x, exponent): the exponent is a Python number
 
 
 def _builtin(name):
     numpy_fn = _NUMPY[name]
 
-    def fn(x, _semantic=None):
+    def fn(x, *numbers, _semantic=None):
         if _semantic is not None:   # compiling: the target's libdevice (as Triton maps it)
             backend = _semantic.builder.module_map.get(_LIBDEVICE, None)
-            return getattr(backend, name)(x, _semantic=_semantic)
+            return getattr(backend, name)(x, *numbers, _semantic=_semantic)
         import triton.language as tl
         from triton.runtime.interpreter import TensorHandle
+        dtype = x.handle.data.dtype
         with np.errstate(all="ignore"):
-            data = numpy_fn(x.handle.data).astype(x.handle.data.dtype)
+            data = numpy_fn(x.handle.data, *(dtype.type(n) for n in numbers)).astype(dtype)
         return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
 
     fn.__name__ = name
@@ -35,4 +41,4 @@ def _builtin(name):
     return fn
 
 
-exp, log, sin, cos, tanh, rsqrt = (_builtin(name) for name in _NUMPY)
+exp, log, sin, cos, tanh, rsqrt, erf, pow = (_builtin(name) for name in _NUMPY)
