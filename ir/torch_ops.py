@@ -204,16 +204,12 @@ def pow(input, exponent):
 def _pow_number(input, exponent):
     """x ** number as eager computes it. The number is a constant of the trace (a runtime one is
     specialized): eager's kernel depends on its value (x * x for 2, sqrt for 0.5, 1 for 0). An
-    fp16/bf16 base gets it rounded to its dtype, as eager's kernel converts it; an integer base
-    to a negative integer power is refused with eager's error."""
+    integer base to a negative integer power is refused with eager's error."""
     exponent = specialize(exponent)
     if (not input.dtype.is_floating_point and isinstance(exponent, int)
             and not isinstance(exponent, bool) and exponent < 0):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     dtype = meta_dtype(torch.pow, input, exponent)
-    if dtype in _NARROW_FLOATS and _is_number(exponent) and not isinstance(exponent, bool):
-        rounded = torch.tensor(float(exponent), dtype=torch.float64).to(dtype).item()
-        exponent = exponent if rounded == exponent else rounded
     return bind(prims.PRIMS["pow"], convert(input, dtype), exponent)
 
 

@@ -286,6 +286,9 @@ UNARY = {
     "tanh": ("torch.tanh({x})", lambda m: 1.0, False, ("float",)),
     "sigmoid": ("torch.sigmoid({x})", lambda m: 1.0, False, ("float",)),
     "silu": ("F.silu({x})", lambda m: m, False, ("float",)),
+    "gelu": ("F.gelu({x})", lambda m: m, False, ("float",)),
+    "gelu_tanh": ("F.gelu({x}, approximate='tanh')", lambda m: m, False, ("float",)),
+    "erf": ("torch.erf({x})", lambda m: 1.0, False, ("float",)),
     "sqrt": ("({x}.abs() + 1).sqrt()", lambda m: math.sqrt(m + 1), False, ("float",)),
     "rsqrt": ("torch.rsqrt({x}.abs() + 1)", lambda m: 1.0, False, ("float",)),
 }
@@ -300,31 +303,98 @@ def build_unary(draw, pool):
     return Step(template.format(x=x.name), [x], mag(x.mag), keeps_exact)
 
 
+# exponents of x ** e: eager special-cases 0, 1, 2, 3, -2, 0.5, -0.5 and -1; the others are
+# its pow function. A fractional or negative one gets a base >= 1.
+POW_EXPONENTS = (0, 1, 2, 3, 4, 5, 0.5, -0.5, -1, -2, 1.5, 2.5, -1.5, 1.0)
+
+
 def build_pow(draw, pool):
-    e = draw(st.integers(1, 3))
+    e = draw(st.sampled_from(POW_EXPONENTS))
     x = choose(draw, pool, numeric)
     if x is None:
         return None
-    expr = f"{x.name} ** {e}" if draw(st.booleans()) else f"torch.pow({x.name}, {e})"
-    return Step(expr, [x], x.mag**e, keeps_exact=x.kind == "int")
+    smooth = isinstance(e, int) and e >= 0
+    base, mag = (x.name, x.mag) if smooth else (f"({x.name}.abs() + 1)", x.mag + 1)
+    template = draw(st.sampled_from(["{b} ** {e}", "torch.pow({b}, {e})", "{b}.pow({e})"]))
+    return Step(template.format(b=base, e=e), [x], mag ** e if e > 0 else 1.0,
+                keeps_exact=x.kind == "int" and isinstance(e, int))
 
 
 def build_clamp(draw, pool):
+    """clamp/clip with bounds (either None), crossed bounds (min > max: eager gives max),
+    clamp_min, clamp_max."""
     x = choose(draw, pool, numeric)
     if x is None:
         return None
     lo, hi = sorted(draw(st.lists(st.sampled_from(
         INT_SCALARS if x.kind == "int" else FLOAT_SCALARS), min_size=2, max_size=2, unique=True)))
-    form = draw(st.sampled_from(["both", "min", "max"]))
-    if form == "both":
-        expr = draw(st.sampled_from([f"{x.name}.clamp({lo}, {hi})",
-                                     f"torch.clamp({x.name}, min={lo}, max={hi})"]))
-        mag = min(x.mag, max(abs(lo), abs(hi)))
+    form = draw(st.sampled_from(["both", "crossed", "min", "max"]))
+    if form in ("both", "crossed"):
+        a, b = (lo, hi) if form == "both" else (hi, lo)
+        expr = draw(st.sampled_from([f"{x.name}.clamp({a}, {b})", f"torch.clip({x.name}, {a}, {b})",
+                                     f"torch.clamp({x.name}, min={a}, max={b})"]))
+        mag = min(x.mag, max(abs(lo), abs(hi))) if form == "both" else abs(lo)
     elif form == "min":
-        expr, mag = f"{x.name}.clamp(min={lo})", max(x.mag, abs(lo))
+        expr = draw(st.sampled_from([f"{x.name}.clamp(min={lo})", f"{x.name}.clamp({lo}, None)",
+                                     f"torch.clamp_min({x.name}, {lo})"]))
+        mag = max(x.mag, abs(lo))
     else:
-        expr, mag = f"torch.clamp({x.name}, max={hi})", max(x.mag, abs(hi))
+        expr = draw(st.sampled_from([f"torch.clamp({x.name}, max={hi})",
+                                     f"{x.name}.clamp(None, {hi})", f"{x.name}.clamp_max({hi})"]))
+        mag = max(x.mag, abs(hi))
     return Step(expr, [x], mag)
+
+
+def build_masked_fill(draw, pool):
+    """x.masked_fill(mask, number): the mask a bool value or a comparison of an exact one (so
+    rounding cannot flip it), broadcast with x (the result may be larger than x)."""
+    x = choose(draw, pool)
+    if x is None:
+        return None
+    mask = choose(draw, pool, lambda v: v.kind == "bool" and broadcastable(x.shape, v.shape))
+    if mask is None or draw(st.booleans()):
+        c = choose(draw, pool, lambda v: numeric(v) and v.exact
+                   and broadcastable(x.shape, v.shape))
+        if c is None:
+            return None
+        mask_src, operands = f"({c.name} > {draw(st.sampled_from(COMPARE_CONSTANTS))!r})", [x, c]
+    else:
+        mask_src, operands = mask.name, [x, mask]
+    value = draw(st.booleans()) if x.kind == "bool" else scalar_for(draw, x.kind)
+    expr = draw(st.sampled_from([f"{x.name}.masked_fill({mask_src}, {value})",
+                                 f"torch.masked_fill({x.name}, {mask_src}, {value})"]))
+    return Step(expr, operands, max(x.mag, abs(value)))
+
+
+def build_split(draw, pool):
+    """One piece of chunk, split (by a size or by sections) or unbind, as a method or function;
+    chunk counts and split sizes are sometimes int arguments."""
+    x = choose(draw, pool, lambda v: v.rank >= 1)
+    if x is None:
+        return None
+    dim = draw_dim(draw, x.rank)
+    size = x.shape[dim]
+    form = draw(st.sampled_from(["chunk", "split", "sections", "unbind"]))
+    if form == "chunk":
+        n = draw(st.integers(1, 4))
+        pieces, args = x.tensor.chunk(n, dim), pool.literal(draw, n)
+    elif form == "split":
+        n = draw(st.integers(1, size + 1)) if size else draw(st.integers(0, 2))
+        pieces, args = x.tensor.split(n, dim), pool.literal(draw, n)
+    elif form == "sections":
+        cuts = sorted(draw(st.lists(st.integers(0, size), max_size=3)))
+        sections = [b - a for a, b in zip([0] + cuts, cuts + [size])]
+        pieces, args = x.tensor.split(sections, dim), str(sections)
+    else:
+        if size == 0:
+            return None
+        pieces, args = x.tensor.unbind(dim), None
+    name = "split" if form == "sections" else form
+    call = draw(st.sampled_from([
+        f"{x.name}.{name}({', '.join(a for a in (args, str(dim)) if a)})",
+        f"torch.{name}({', '.join(a for a in (x.name, args, f'dim={dim}') if a)})"]))
+    k = draw(st.integers(-len(pieces), len(pieces) - 1))
+    return Step(f"{call}[{k}]", [x], x.mag)
 
 
 def build_where(draw, pool):
@@ -564,6 +634,8 @@ OPS: dict[str, Callable] = {
     "unary": build_unary,
     "pow": build_pow,
     "clamp": build_clamp,
+    "masked_fill": build_masked_fill,
+    "split": build_split,
     "where": build_where,
     "compare": build_compare,
     "cast": build_cast,

@@ -13,7 +13,8 @@ from semantics import grid, jit
 import torch
 
 SEMANTIC_OPS = ("compare_const", "copy", "in_place", "arith", "where", "pad", "cast", "cat",
-                "index", "max_min", "clamp", "unary", "layout", "compare", "stack", "expand")
+                "index", "max_min", "clamp", "unary", "layout", "compare", "stack", "expand",
+                "pow", "masked_fill", "split")
 EXAMPLES = int(os.environ.get("SEMANTICS_PROGRAMS", "25"))
 
 

@@ -576,11 +576,14 @@ def _elementwise(w, eqn, idx, mask, path):
 
 def _pow(w, x: str, e, dtype) -> str:
     """x ** e for a constant e as eager computes it: 0 gives 1 (NaN too), 1 gives x; a float by
-    `POW_SRC`; an integer by squaring (wrapping as eager's does; e >= 0, eager refuses less)."""
+    `POW_SRC`, e rounded to an fp16/bf16 x's dtype as eager's kernel converts it; an integer by
+    squaring (wrapping as eager's does; e >= 0, eager refuses less)."""
     if e == 0:
         return w.constant_tile(1, dtype)
     if e == 1:
         return x
+    if dtype in COMPUTE_DTYPE:
+        e = torch.tensor(float(e), dtype=torch.float64).to(dtype).item()
     if dtype.is_floating_point:
         return w.let("v", POW_SRC.get(e, f"libdevice.pow({{0}}, {float(e)!r})").format(x))
     result, square, e = None, x, int(e)
