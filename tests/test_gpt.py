@@ -62,10 +62,10 @@ def test_gpt_trains_like_eager_with_fused_forward_and_backward_kernels():
     directions = [k.direction for k in kernels]
     assert directions.count("forward") > 0 and directions.count("backward") > 0
     groups = fused_ops(jm)
-    # RoPE of q and k (slices, neg, cat, mul, add), SwiGLU (silu, mul), norm-adjacent
+    # RoPE of q and k (slices, neg, cat, mul, add), SwiGLU (the silu prim, mul), norm-adjacent
     # elementwise (rsqrt, the weight), residual adds, per layer
     rope = [ops for ops in groups if {"neg", "cat", "mul", "add"} <= set(ops)]
-    swiglu = [ops for ops in groups if {"sigmoid", "mul"} <= set(ops)]
+    swiglu = [ops for ops in groups if {"silu", "mul"} <= set(ops)]
     norm = [ops for ops in groups if "rsqrt" in ops]
     residual = [ops for ops in groups if "add" in ops and "cat" not in ops and "rsqrt" not in ops]
     assert len(rope) >= CONFIG.n_layer and len(swiglu) == CONFIG.n_layer
