@@ -18,7 +18,7 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from ir.proxies import TensorProxy, hint, same_size
+from ir.proxies import IntProxy, TensorProxy, hint, same_size
 from ir.torch_ops import _dim, broadcast_shape
 
 SHAPE_RULES: dict = {}
@@ -198,6 +198,63 @@ def linear(input, weight, bias=None):
     if isinstance(bias, TensorProxy):
         equal_broadcast(shape, bias.shape)
     return [shape]
+
+
+def _is_literal_one(size) -> bool:
+    return not isinstance(size, IntProxy) and size == 1
+
+
+@rule("einsum")
+def einsum(equation, *operands):
+    """Each letter's size from the operands that have it (equal, or a literal 1 broadcast);
+    ellipses are left to the meta run."""
+    if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
+        operands = operands[0]
+    if not isinstance(equation, str) or "..." in equation:
+        return None
+    equation = equation.replace(" ", "")
+    inputs, _, output = equation.partition("->")
+    if "->" not in equation:        # implicit output: the letters seen once, sorted
+        output = "".join(sorted(c for c in set(inputs) - {","} if inputs.count(c) == 1))
+    terms = inputs.split(",")
+    if len(terms) != len(operands) or any(len(t) != x.ndim for t, x in zip(terms, operands)):
+        return None
+    sizes = {}
+    for term, operand in zip(terms, operands):
+        for letter, size in zip(term, operand.shape):
+            if letter not in sizes or _is_literal_one(sizes[letter]):
+                sizes[letter] = size
+            elif not _is_literal_one(size):
+                equal(sizes[letter], size)
+    return [tuple(sizes[letter] for letter in output)]
+
+
+def _whole(index) -> bool:
+    return isinstance(index, slice) and index.start is None and index.stop is None \
+        and index.step is None
+
+
+@rule(torch.Tensor.__getitem__)
+def advanced_index(input, index):
+    """Indexing with integer tensors (`cos[positions]`, `x[:, idx]`), the other entries whole
+    slices: the indices' broadcast shape replaces the dims they index, in place where they are
+    adjacent, else in front. Masks (data-dependent sizes) and other mixes have no rule."""
+    index = index if isinstance(index, tuple) else (index,)
+    at = next((k for k, i in enumerate(index) if i is Ellipsis), None)    # never `==` a tensor
+    if at is not None:
+        index = index[:at] + (slice(None),) * (input.ndim - len(index) + 1) + index[at + 1:]
+    index = index + (slice(None),) * (input.ndim - len(index))
+    tensors = [d for d, i in enumerate(index) if isinstance(i, TensorProxy)]
+    if (len(index) != input.ndim or not tensors
+            or any(not isinstance(i, TensorProxy) and not _whole(i) for i in index)
+            or any(index[d].dtype in (torch.bool, torch.uint8) for d in tensors)):
+        return None
+    indexed = broadcast_shape(*[index[d].shape for d in tensors])
+    rest = [s for d, s in enumerate(input.shape) if d not in tensors]
+    if tensors[-1] - tensors[0] == len(tensors) - 1:        # adjacent: in place
+        first = tensors[0]
+        return [tuple(rest[:first]) + indexed + tuple(rest[first:])]
+    return [indexed + tuple(rest)]
 
 
 # ---- normalization, embedding, attention -----------------------------------------------------
