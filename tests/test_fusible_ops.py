@@ -308,3 +308,26 @@ def test_swiglu_is_one_kernel_forward_and_one_backward_for_every_size(fn, dtype)
         torch.testing.assert_close(jfn(x), fn(x), **tol)
     assert kernel_directions(jfn) == ["forward"]
     assert not ir.explain(jfn, x).as_dict()["left_to_torch"]
+
+
+def many_new_ops(x, mask):
+    a, b = x.chunk(2, -1)
+    return (F.gelu(a) + F.gelu(b, approximate="tanh") * torch.erf(a) + a.abs() ** 2.5 + b ** -1
+            + a.clamp(-1, 1) + b.masked_fill(mask, 0.5) ** 0.5 + F.silu(a) * b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_the_new_ops_compile_for_sm90_with_16_byte_accesses(dtype):
+    """libdevice's erf, tanh, exp and pow compile (offline, sm_90), forward and backward, and
+    the chunk pieces, the mask and the stores keep 16-byte accesses."""
+    jfn = ir.jit(many_new_ops, executors=["triton"])
+    gen = torch.Generator().manual_seed(0)
+    x = leaf(torch.randn(4, 8, 128, generator=gen).to(dtype))
+    mask = torch.rand(8, 64, generator=gen) > 0.5
+    torch.testing.assert_close(jfn(x, mask), many_new_ops(x, mask), equal_nan=True,
+                               **({} if dtype == torch.float32 else dict(rtol=2e-2, atol=4e-2)))
+    records = triton_exec.last_kernels(jfn)
+    assert sorted(k.direction for k in records) == ["backward", "forward"]
+    for record in records:
+        widths = record.access_widths(arch=90)
+        assert set(widths["ld"]) == set(widths["st"]) == {16}, (record.direction, widths)
