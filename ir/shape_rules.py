@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.torch_ops import _dim, broadcast_shape
+from ir.torch_ops import _dim, _numel, broadcast_shape
 
 SHAPE_RULES: dict = {}
 
@@ -255,6 +255,142 @@ def advanced_index(input, index):
         first = tensors[0]
         return [tuple(rest[:first]) + indexed + tuple(rest[first:])]
     return [indexed + tuple(rest)]
+
+
+@rule("gather", "take_along_dim")
+def gather(input, dim_or_indices, index=None, **kwargs):
+    """gather(input, dim, index) is index's shape; take_along_dim(input, indices, dim) too,
+    where the two broadcast but in dim."""
+    if isinstance(dim_or_indices, TensorProxy):
+        dim = index if index is not None else kwargs.get("dim")
+        if dim is None or dim_or_indices.ndim != input.ndim:
+            return None
+        d = _dim(dim, input.ndim)
+        shape = list(broadcast_shape(*[t.shape[:d] + (1,) + t.shape[d + 1:]
+                                       for t in (input, dim_or_indices)]))
+        shape[d] = dim_or_indices.shape[d]
+        return [tuple(shape)]
+    return [index.shape]
+
+
+@rule("index_select")
+def index_select(input, dim, index):
+    d = _dim(dim, input.ndim)
+    return [input.shape[:d] + tuple(index.shape[:1]) + input.shape[d + 1:]]
+
+
+@rule("scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill",
+      "masked_scatter")
+def same_as_first(input, *args, **kwargs):
+    return [input.shape]
+
+
+@rule("repeat")
+def repeat(input, *repeats):
+    repeats = tuple(repeats[0]) if len(repeats) == 1 and isinstance(
+        repeats[0], (tuple, list, torch.Size)) else repeats
+    shape = (1,) * (len(repeats) - input.ndim) + input.shape
+    return [tuple(s * r for s, r in zip(shape, repeats))]
+
+
+@rule("repeat_interleave")
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    if isinstance(repeats, TensorProxy) or repeats is None:
+        return None         # the sizes come from the data
+    if dim is None:
+        return [(_numel(input.shape) * repeats,)]
+    d = _dim(dim, input.ndim)
+    return [input.shape[:d] + (input.shape[d] * repeats,) + input.shape[d + 1:]]
+
+
+@rule("outer", "ger")
+def outer(input, vec2):
+    return [(input.shape[0], vec2.shape[0])]
+
+
+@rule("new_zeros", "new_ones", "new_empty")
+def new_tensor(input, *size, **kwargs):
+    return [tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size))
+            else size]
+
+
+@rule("new_full")
+def new_full(input, size, fill_value, **kwargs):
+    return [tuple(size)]
+
+
+@rule(F.one_hot)
+def one_hot(input, num_classes=-1):
+    if not isinstance(num_classes, IntProxy) and num_classes < 0:
+        return None         # the number of classes comes from the data
+    return [input.shape + (num_classes,)]
+
+
+# ---- convolution and pooling --------------------------------------------------------------
+
+def _per_dim(value, n):
+    return tuple(value) * (n // len(value)) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+def _windows(sizes, kernel, stride, padding, dilation):
+    """The output sizes of a sliding window (floor mode) over `sizes`."""
+    n = len(sizes)
+    kernel, padding, dilation = (_per_dim(v, n) for v in (kernel, padding, dilation))
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _per_dim(stride, n)
+    return tuple((size + 2 * p - d * (k - 1) - 1) // s + 1
+                 for size, k, s, p, d in zip(sizes, kernel, stride, padding, dilation))
+
+
+def _conv(n):
+    def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        batch = input.shape[:input.ndim - n - 1]
+        equal(input.shape[-n - 1], weight.shape[1] * groups)
+        spatial = input.shape[input.ndim - n:]
+        if isinstance(padding, str) and padding == "same":
+            out = spatial
+        else:
+            out = _windows(spatial, weight.shape[2:], stride, 0 if isinstance(padding, str) else
+                           padding, dilation)
+        return [batch + (weight.shape[0],) + out]
+    return conv
+
+
+def _pool(n, indices=False):
+    def pool(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+             return_indices=False):
+        if ceil_mode:
+            return None     # the last window's rule: left to the meta run
+        shape = input.shape[:input.ndim - n] + _windows(input.shape[input.ndim - n:],
+                                                       kernel_size, stride, padding, dilation)
+        return [shape, shape] if indices or return_indices else [shape]
+    return pool
+
+
+def _avg_pool(n):
+    def avg_pool(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        return _pool(n)(input, kernel_size, stride, padding, 1, ceil_mode)
+    return avg_pool
+
+
+def _adaptive_pool(n, indices=False):
+    def adaptive(input, output_size, return_indices=False):
+        sizes = _per_dim(output_size, n)
+        shape = input.shape[:input.ndim - n] + tuple(
+            own if size is None else size for own, size in zip(input.shape[input.ndim - n:], sizes))
+        return [shape, shape] if indices or return_indices else [shape]
+    return adaptive
+
+
+for _n in (1, 2, 3):        # F.max_pool2d and its kin reach the tracer under their public names
+    rule(f"conv{_n}d")(_conv(_n))
+    rule(f"avg_pool{_n}d")(_avg_pool(_n))
+    rule(f"max_pool{_n}d")(_pool(_n))
+    rule(f"max_pool{_n}d_with_indices")(_pool(_n, indices=True))
+    rule(f"adaptive_avg_pool{_n}d")(_adaptive_pool(_n))
+    rule(f"adaptive_max_pool{_n}d")(_adaptive_pool(_n))
+    rule(f"adaptive_max_pool{_n}d_with_indices")(_adaptive_pool(_n, indices=True))
 
 
 # ---- normalization, embedding, attention -----------------------------------------------------

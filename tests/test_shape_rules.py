@@ -105,6 +105,21 @@ def _cases(option):
                         lambda a, b, c, d, e: (_f32(e, a, b), _long(a, c, d), _long(b, d))),
         "index_apart": (lambda x, i, j: x[i, :, j],
                         lambda a, b, c, d, e: (_f32(a, e, b), _long(a, c, d), _long(b, d))),
+        "gather_index_select": (lambda x, i: (x.gather(1, i), x.index_select(1, i[0]),
+                                              torch.take_along_dim(x, i, 1)),
+                                lambda a, b, c, d, e: (_f32(a, b), _long(b, a, c))),
+        "repeat": (lambda x: (x.repeat(2, 1, 3), x.repeat_interleave(2, dim=1),
+                              torch.outer(x[0, 0], x[:, 0, 0])),
+                   lambda a, b, c, d, e: (_f32(a, b, c),)),
+        "new_one_hot": (lambda x, i: (x.new_zeros(x.shape) + x.new_ones((x.shape[1],)),
+                                      F.one_hot(i, x.shape[1]).float()),
+                        lambda a, b, c, d, e: (_f32(a, b), _long(b, c, d))),
+        "conv_pool": (lambda x, w, b: (F.conv2d(x, w, b, stride=2, padding=1),
+                                       F.conv1d(x[:, :, 0], w[:, :, 0], padding="same"),
+                                       F.max_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2),
+                                       F.adaptive_avg_pool2d(x, (2, None)),
+                                       *F.max_pool2d(x, 2, return_indices=True)),
+                      lambda a, b, c, d, e: (_f32(a, 2, b, c), _f32(4, 2, 3, 3), _f32(4))),
         # fused ops (prims, whose shapes are symbolic by construction)
         "gelu": (lambda x: F.gelu(x, approximate="tanh"), lambda a, b, c, d, e: (_f32(a, b, c),)),
         "silu": (lambda x: F.silu(x), lambda a, b, c, d, e: (_f32(a, b, c),)),
@@ -298,3 +313,35 @@ def test_a_model_compiles_once_for_every_batch_and_sequence_size(model):
     pinned = _pinned(jfn, *args)
     assert not [s for s in pinned if s["of"].split(".")[0] in ("idx", "targets", "x")], pinned
     assert not [s for s in pinned if s["cause"].endswith(NO_RULE)], pinned
+
+
+def trainable(x, w_qkv, w_out, w_up, w_down, norm_w):
+    """Attention with RoPE and a SwiGLU MLP whose weights are arguments that need grad."""
+    B, T, _ = x.shape
+    h = F.rms_norm(x, x.shape[-1:], norm_w)
+    q, k, v = (t.view(B, T, HEADS, D).transpose(1, 2)
+               for t in F.linear(h, w_qkv).chunk(3, dim=-1))
+    q, k = rope(q, COS[:T], SIN[:T]), rope(k, COS[:T], SIN[:T])
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+    x = x + F.linear(y, w_out)
+    a, b = F.linear(F.layer_norm(x, x.shape[-1:]), w_up).chunk(2, dim=-1)
+    return x + F.linear(F.gelu(a, approximate="tanh") * b, w_down)
+
+
+def test_training_through_the_rules_compiles_once_with_eager_grads():
+    gen = torch.Generator().manual_seed(1)
+    weights = [torch.randn(shape, generator=gen) / 4 for shape in
+               [(3 * C, C), (C, C), (4 * C, C), (C, 2 * C)]] + [torch.rand(C, generator=gen) + 0.5]
+    jfn = ir.jit(trainable, executors=["triton"], cache=SYMBOLIC)
+    for B, T in [(2, 16), (3, 32), (5, 24)]:
+        x = torch.randn(B, T, C, generator=gen)
+        ours = [t.clone().requires_grad_() for t in (x, *weights)]
+        eager = [t.clone().requires_grad_() for t in (x, *weights)]
+        out, expected = jfn(*ours), trainable(*eager)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        grad = torch.randn(out.shape, generator=gen)
+        for got, want in zip(torch.autograd.grad(out, ours, grad),
+                             torch.autograd.grad(expected, eager, grad)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (ir.cache_stats(jfn).misses, ir.cache_stats(jfn).hits) == (1, 2)
+    assert not [s for s in _pinned(jfn, *ours) if s["of"].startswith("x.")]
