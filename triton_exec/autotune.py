@@ -154,13 +154,14 @@ def tuning_key(source: str, example_args: dict, domain: tuple, device: str) -> s
 
 
 def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: int,
-                 ) -> list[LaunchConfig]:
+                 narrowest: int | None = None) -> list[LaunchConfig]:
     """The heuristic first; then the same tile with each narrower VEC (1, 2, ... below the
     analysis' maximum `vector`), the A/B of the vectorization; then ROWS x num_warps around the
     heuristic at the full VEC, nearest first (in tile size, then warps). COLS is kept; each thread
-    holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC) and at most 64 in all. At
-    most `max_configs`."""
+    holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC; for a kernel computed in
+    column chunks, along its `narrowest` chunk) and at most 64 in all. At most `max_configs`."""
     cols = heuristic.cols
+    narrowest = narrowest or cols
     max_rows = max(triton.next_power_of_2(max(rows, 1)), heuristic.rows)
     narrower = [dataclasses.replace(heuristic, vec=v)
                 for v in (2 ** k for k in range(int(math.log2(vector)))) if v < heuristic.vec]
@@ -170,7 +171,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
         tile = r * cols
         if tile <= 16384 and (tile >= 256 or r == max_rows):
             for warps in (1, 2, 4, 8):
-                if tile >= 32 * warps * vector and tile <= 64 * 32 * warps:
+                if r * narrowest >= 32 * warps * vector and tile <= 64 * 32 * warps:
                     candidates.add(LaunchConfig(r, cols, warps, vector))
         r *= 2
 
@@ -300,7 +301,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
     if not tuning_enabled(device, interpreter):
         return Outcome(heuristic, key, "heuristic", interpreter=interpreter,
                        note="tuning off (no CUDA device, or TRITON_EXEC_AUTOTUNE=0)")
-    configs = config_space(heuristic, rows, lowered.max_width, _max_configs(interpreter))
+    configs = config_space(heuristic, rows, lowered.max_width, _max_configs(interpreter),
+                           min((c.width for c in lowered.chunks), default=None))
     log.info("tuning %s over %d configs on %s (domain %s)", lowered.name, len(configs),
              device_kind(device, interpreter), domain)
     start = time.perf_counter()

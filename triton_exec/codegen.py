@@ -1,7 +1,10 @@
 """Triton code generation for one fusion group.
 
 Every value of the group is an expression of the output index. The domain (the outputs' shape) is
-tiled [ROWS, COLS]: COLS walks the innermost dim, ROWS the flattened outer dims. `KernelWriter`
+tiled [ROWS, COLS]: COLS walks the innermost dim, ROWS the flattened outer dims. A constant
+innermost extent with cat/pad/slice boundaries inside is computed piece-wise: one program covers
+it in column chunks (`plan_chunks`), each a tile [ROWS, width] whose column index has the chunk's
+bounds, so that the index folding decides every piece's mask over it. `KernelWriter`
 walks from each output back to the loads, turning each prim into index arithmetic (slice: add the
 start; pad: subtract the low width and mask; cat: select a piece by comparing the index with the
 piece offsets; broadcast: drop the index; permute: reorder it) and collecting:
@@ -24,9 +27,11 @@ Triton can prove what the analysis proved. Masks use only `idx < c` and `idx >= 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import keyword
 import math
+import re
 
 import torch
 
@@ -188,6 +193,8 @@ class Lowered:
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
     allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
     tiled: tuple                # the shape the kernel tiles: after the inner-dim merge
+    chunks: tuple = ()          # Chunk: column chunks computed one by one (the launch covers
+                                # the columns with one block: COLS >= the extent); () when whole
 
     @property
     def domain(self) -> tuple:
@@ -211,20 +218,22 @@ def _compute_dtype(dtype):
     return COMPUTE_DTYPE.get(dtype, dtype)
 
 
-NEGATIVE_ZERO = "tl.full([ROWS, COLS], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
+def negative_zero(shape: str) -> str:
+    """A tile of -0.0 of `shape` ("[ROWS, COLS]")."""
+    return f"tl.full({shape}, -2147483648, tl.int32).to(tl.float32, bitcast=True)"
 
 
 def _is_negative_zero(value) -> bool:
     return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
 
 
-def _literal(value) -> str:
+def _literal(value, shape: str) -> str:
     """Kernel source of a Python number. Triton makes every constant equal to 0 a +0.0, so -0.0
-    is built from its bits."""
+    is built from its bits (a tile of `shape`)."""
     if isinstance(value, bool):
         return str(int(value))
     if _is_negative_zero(value):
-        return NEGATIVE_ZERO
+        return negative_zero(shape)
     return render(value)
 
 
@@ -259,6 +268,9 @@ class KernelWriter:
         self.used: set = set()              # runtime integers the kernel reads
         self.render = index.Renderer(self.lines, self.names.fresh, self.hoist, self.use)
         self.rows = self.cols = self.zeros = None
+        self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
+        self.chunk = None                   # the column chunk being built (values are per chunk)
+        self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
@@ -283,8 +295,8 @@ class KernelWriter:
     def constant_tile(self, value, dtype) -> str:
         """A tile holding `value` (a number or a runtime integer) in dtype's compute type."""
         if _is_negative_zero(value):
-            return self.let("v", NEGATIVE_ZERO)
-        return self.let("v", f"tl.full([ROWS, COLS], {self.value(value, [], index.TRUE, None)}, "
+            return self.let("v", negative_zero(self.shape))
+        return self.let("v", f"tl.full({self.shape}, {self.value(value, [], index.TRUE, None)}, "
                              f"{TL_DTYPE[_compute_dtype(dtype)]})")
 
     # ---- runtime integers ------------------------------------------------------------------
@@ -440,7 +452,9 @@ class KernelWriter:
                               f"mask={self.mask_name(mask)}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:
-            value = self.let("v", f"{value}.to(tl.float32)")
+            wide = self.let("v", f"{value}.to(tl.float32)")
+            self.loaded[wide] = (value, t.dtype)
+            return wide
         return value
 
     def guard_narrowing(self, t, example, width, width_at, dims):
@@ -468,10 +482,18 @@ class KernelWriter:
             return offset
         return index.add(self.zero_tile(), offset)
 
+    def output_pointer(self, k: int) -> str:
+        """The kernel name of output k's pointer (a parameter added when first used)."""
+        key = ("output", k)
+        if key not in self.pointers:
+            self.pointers[key] = self.names.take(f"out{k}_ptr")
+            self.params.append(Param(self.pointers[key], "pointer", output=k))
+        return self.pointers[key]
+
     def zero_tile(self) -> index.Leaf:
         if self.zeros is None:
             name = self.names.take("zeros")
-            self.lines.append(f"{name} = tl.full([ROWS, COLS], 0, tl.int32)")
+            self.lines.append(f"{name} = tl.full({self.shape}, 0, tl.int32)")
             self.zeros = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
         return self.zeros
 
@@ -491,9 +513,9 @@ class KernelWriter:
             return self.float_param(v)
         if not isinstance(v, TensorProxy):
             if _known(v):
-                return _literal(v)
+                return _literal(v, self.shape)
             return self.render.expr(self.size(v), top=True)
-        key = (id(v), tuple(idx), mask)
+        key = (id(v), tuple(idx), mask, self.chunk)
         if key in self.memo:
             return self.memo[key]
         eqn = self.producers.get(id(v))
@@ -618,8 +640,8 @@ def _where(w, eqn, idx, mask, path):
 def _full(w, eqn, idx, mask, path):
     dtype, value = _compute_dtype(eqn.params["dtype"]), eqn.params["value"]
     if _is_negative_zero(value):
-        return w.let("v", NEGATIVE_ZERO)
-    return w.let("v", f"tl.full([ROWS, COLS], {w.value(value, [], index.TRUE, path)}, {TL_DTYPE[dtype]})")
+        return w.let("v", negative_zero(w.shape))
+    return w.let("v", f"tl.full({w.shape}, {w.value(value, [], index.TRUE, path)}, {TL_DTYPE[dtype]})")
 
 
 def _slice(w, eqn, idx, mask, path):
@@ -972,42 +994,149 @@ def plan_tile(group: Group, w: "KernelWriter") -> Tile:
     return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer)
 
 
-def build(group: Group, tile: Tile, w: "KernelWriter") -> list:
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Columns [start, stop) of the domain, computed as a tile [ROWS, width] starting at `start`
+    (width a power of two; lanes at or past `stop` masked off)."""
+
+    start: int
+    width: int
+    stop: int
+
+    @property
+    def masked(self) -> bool:
+        return self.start + self.width > self.stop
+
+
+PIECEWISE_MAX_COLS = 4096       # a static innermost extent up to this is computed piece-wise
+CHUNKS_PER_SEGMENT = 4          # exact power-of-two chunks per segment before a masked one
+
+
+def plan_chunks(group: Group, boundaries) -> list | None:
+    """Column chunks over which every cat/pad/slice boundary is decided: the domain's static
+    innermost extent split where a boundary `c` (a column at which some mask of the kernel
+    changes, found by building it whole) meets a multiple of the group's vector (at `c` when
+    aligned, else at the multiples around it: the chunk between keeps its selects). Each
+    segment is cut into power-of-two chunks. None when nothing splits (the kernel is built
+    whole) or the extent is runtime or large."""
+    extent = group.domain[-1]
+    if not _known(extent) or not 1 < extent <= PIECEWISE_MAX_COLS:
+        return None
+    v = group.max_vector
+    points = {0, extent}
+    for c in boundaries:
+        if 0 < c < extent:
+            points |= {min(c // v * v, extent), min(-(-c // v) * v, extent)}
+    points = sorted(points)
+    if len(points) == 2:
+        return None
+    chunks = []
+    for start, stop in zip(points, points[1:]):
+        s = start
+        for _ in range(CHUNKS_PER_SEGMENT - 1):
+            width = 1 << ((stop - s).bit_length() - 1) if stop > s else 0
+            if width < v:
+                break
+            chunks.append(Chunk(s, width, s + width))
+            s += width
+        if s < stop:
+            chunks.append(Chunk(s, 1 << (stop - s - 1).bit_length(), stop))
+    return chunks
+
+
+def column_boundaries(group: Group, vectorize_enabled: bool) -> set:
+    """The static columns at which a mask of the kernel changes: the kernel is built whole in a
+    scratch writer and each mask atom on the column index alone (`cols < 8`, `cols + 4 >= 8`)
+    gives its threshold."""
+    w = _writer(group, vectorize_enabled)
+    tile = plan_tile(group, w)
+    build(group, tile, w)
+    return {c for a in w.render.atoms
+            if (c := index.threshold(a, tile.cols)) is not None}
+
+
+def _writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
+    w = KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
+                     vectorize_enabled, group.max_vector)
+    w.guards += group.guards
+    w.narrow = group.narrow
+    if group.merged is not None:
+        w.stride_dims, w.originals = group.merged.stride_dims, group.merged.originals
+    return w
+
+
+def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None) -> list:
     """Step 3: the tile's header, every value as a function of the output index, and the store
-    lines (returned); accesses, parameters and guards collect in `w`."""
+    lines (returned; with `chunks`, each chunk's values and stores in turn, in the body);
+    accesses, parameters and guards collect in `w`."""
     w.rows, w.cols = tile.rows, tile.cols
     body = w.lines
     body.append(f"# Tile [ROWS, COLS] of the output domain "
-                f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost dim")
+                f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost dim"
+                + (" (whole, in column chunks: over each every cat/pad/slice boundary is decided)"
+                   if chunks else ""))
     body.append("pid = tl.program_id(0)")
-    body.append(f"col_blocks = ({w.render.expr(tile.cols_extent)} + COLS - 1) // COLS")
-    body.append("rows = (pid // col_blocks)" + ("" if group.narrow else ".to(tl.int64)")
-                + " * ROWS + tl.arange(0, ROWS)[:, None]")
-    body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
-    body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if group.wide_cols else "")
-                + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
-    w.render.bind(tile.in_domain, "in_domain")
+    if chunks:
+        body.append("rows = pid" + ("" if group.narrow else ".to(tl.int64)")
+                    + " * ROWS + tl.arange(0, ROWS)[:, None]")
+    else:
+        body.append(f"col_blocks = ({w.render.expr(tile.cols_extent)} + COLS - 1) // COLS")
+        body.append("rows = (pid // col_blocks)" + ("" if group.narrow else ".to(tl.int64)")
+                    + " * ROWS + tl.arange(0, ROWS)[:, None]")
+        body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
+        body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if group.wide_cols else "")
+                    + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
+        w.render.bind(tile.in_domain, "in_domain")
     if tile.outer:
         body.append("# Outer indices of the output, from the row index")
         for d in range(len(tile.outer) - 1, -1, -1):
             o = tile.outer[d]
             if o.tiled and not isinstance(o, index.Leaf):
                 w.render.bind(o, w.names.take(f"o{d}"))
-    body.append("# Values, as functions of the output index")
-    point = tile.outer + [tile.cols]
-    start = Path().through(group.domain[-1])
+    if not chunks:
+        body.append("# Values, as functions of the output index")
+        return _values_and_stores(group, tile, w, tile.cols, tile.in_domain, Path())
+    in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
+    w.render.bind(in_rows, "in_rows")
+    for k, chunk in enumerate(chunks):
+        cols = index.Leaf(w.names.take(f"cols_{chunk.start}"), frozenset({"col_arange"}), 32, 1,
+                          chunk.start, chunk.stop)
+        w.cols, w.chunk, w.zeros, w.shape = cols, k, None, f"[ROWS, {chunk.width}]"
+        arange = (f"{chunk.start} + " if chunk.start else "") + f"tl.arange(0, {chunk.width})[None, :]"
+        if chunk.width >= w.max_vector:
+            # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare or
+            # shifted arange is lost where Triton folds it)
+            arange = f"tl.max_contiguous({arange}, [1, VEC])"
+        body.append(f"# Columns [{chunk.start}, {chunk.stop})")
+        body.append(f"{cols.name} = {arange}")
+        # bounds hold for the lanes the masks keep: the chunk's own mask is not folded by them
+        in_chunk = in_rows & (index.Mask((index.Less(cols, index.Const(chunk.stop)),))
+                              if chunk.masked else index.TRUE)
+        start = Path().through(chunk.start, chunk.width)
+        body.extend(_values_and_stores(group, tile, w, cols, in_chunk, start))
+    return []
+
+
+def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:
+    """The outputs' values at columns `cols` (under `in_domain`) and their store lines."""
+    point = tile.outer + [cols]
+    start = start.through(group.domain[-1])
+    mask = w.mask_name(in_domain) if in_domain.atoms else None
     stores = []
     for k, out in enumerate(group.outputs):
-        val = w.value(out, point if out.shape else [], tile.in_domain, start)
-        width = vectorize.store_width(out.dtype.itemsize, group.domain[-1], w.vectorize)
+        val = w.value(out, point if out.shape else [], in_domain, start)
+        raw, dtype = w.loaded.get(val, (None, None))
+        # a load stored as it was read: a plain copy, no fp32 round trip
+        val = raw if dtype == out.dtype else f"{val}.to({TL_DTYPE[out.dtype]})"
+        width = math.gcd(vectorize.store_width(out.dtype.itemsize, group.domain[-1], w.vectorize),
+                         start.gcd)
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
         w.itemsizes.append(out.dtype.itemsize)
-        ptr = w.names.take(f"out{k}_ptr")
-        w.params.append(Param(ptr, "pointer", output=k))
-        offset = w.tile_shaped(index.add(index.mul(tile.rows, tile.cols_extent), tile.cols))
+        ptr = w.output_pointer(k)
+        offset = w.tile_shaped(index.add(index.mul(tile.rows, tile.cols_extent), cols))
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
-                      f"{val}.to({TL_DTYPE[out.dtype]}), mask=in_domain)  "
-                      f"# {out.name}, {width} per access")
+                      f"{val}" + (f", mask={mask}" if mask else "")
+                      + f")  # {out.name}, {width} per access")
     return stores
 
 
@@ -1017,7 +1146,7 @@ def render_kernel(name: str, w: "KernelWriter", stores: list) -> str:
                           + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"])
     prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two "
                "divisor; h*: values the launcher computes"] + w.prelude if w.prelude else []
-    body = prelude + w.lines + ["# Stores"] + stores
+    body = _live(prelude + w.lines + (["# Stores"] + stores if stores else []))
     pointers = [p.name for p in w.params if p.kind == "pointer"]
     decorator = "@triton.jit" if w.vectorize else (
         "# The vectorization analysis is off: pointer alignment stays unknown to Triton\n"
@@ -1026,18 +1155,29 @@ def render_kernel(name: str, w: "KernelWriter", stores: list) -> str:
         decorator, name, signature, "\n".join("    " + line for line in body))
 
 
+_ASSIGNED = re.compile(r"^(\w+) = ")
+
+
+def _live(lines: list) -> list:
+    """The kernel's lines without assignments nothing reads (a conversion a plain copy made
+    unneeded), until none is left."""
+    while True:
+        words = collections.Counter(w for line in lines for w in re.findall(r"\w+", line))
+        live = [line for line in lines
+                if (m := _ASSIGNED.match(line)) is None or words[m[1]] > 1]
+        if len(live) == len(lines):
+            return lines
+        lines = live
+
+
 def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
     analyze -> plan the tile -> build the expressions -> render."""
     group = analyze(eqns, outputs, inputs, values)
-    w = KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
-                     vectorize_enabled, group.max_vector)
-    w.guards += group.guards
-    w.narrow = group.narrow
-    if group.merged is not None:
-        w.stride_dims, w.originals = group.merged.stride_dims, group.merged.originals
+    chunks = plan_chunks(group, column_boundaries(group, vectorize_enabled))
+    w = _writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
-    stores = build(group, tile, w)
+    stores = build(group, tile, w, chunks)
     source = render_kernel(name, w, stores)
     size_vars = []
     read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
@@ -1048,4 +1188,4 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
-                   group.domain)
+                   group.domain, tuple(chunks or ()))

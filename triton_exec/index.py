@@ -271,6 +271,13 @@ def mod(a, b) -> Expr:
     return Mod(a, b)
 
 
+def threshold(atom: "Less", leaf: Expr):
+    """c when the atom is `leaf + k < K` or `leaf + k >= K` with constants k, K (c = K - k: the
+    atom changes value between leaf = c - 1 and c); else None."""
+    terms, const = _terms(add(atom.a, mul(atom.b, -1)))
+    return -const if terms == [(leaf, 1)] else None
+
+
 def coefficient(e: Expr, leaf: Expr) -> int:
     """The coefficient of `leaf` in e when no other part of e depends on what `leaf` does."""
     terms, _ = _terms(e)
@@ -354,6 +361,7 @@ class Renderer:
         self.lines, self.fresh, self.hoist, self.use = lines, fresh, hoist, use
         self.names: dict = {}           # node or Mask -> its kernel name
         self.masks: list = []           # (Mask, name) bound so far, for conjunctions
+        self.atoms: list = []           # every atom written, in order (for column boundaries)
 
     def bind(self, e, name: str, comment: str = "") -> str:
         """Binds e (an Expr or a Mask) to `name` (if not bound already); returns its name."""
@@ -412,6 +420,7 @@ class Renderer:
         return " & ".join(parts) or "True"
 
     def atom(self, a: Less) -> str:
+        self.atoms.append(a)
         return f"{self.expr(a.a)} {'>=' if a.negated else '<'} {self.expr(a.b)}"
 
 

@@ -84,6 +84,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
     widest access."""
     width = lowered.max_width
+    if lowered.chunks:
+        return _chunked_config(lowered, rows_hint, cols_hint, width)
     cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
@@ -93,6 +95,28 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     if rows * cols < 32 * warps * width:      # a tiny tile: grow it so every thread has a vector
         rows = max(rows, (32 * warps * width) // cols)
     return LaunchConfig(rows, cols, warps, width)
+
+
+CHUNKED_TILE = 8192         # elements of a program's tile at most, computed in column chunks
+
+
+def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int) -> LaunchConfig:
+    """A kernel computed in column chunks covers the columns with one block (COLS >= the
+    extent), and takes enough rows that each thread holds two vectors of its narrowest chunk,
+    with fewer warps where the rows (or the tile's size) run out."""
+    cols = triton.next_power_of_2(max(cols_hint, 1))
+    narrowest = min(c.width for c in lowered.chunks)
+    most = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), CHUNKED_TILE // cols))
+    warps = 4
+
+    def rows_for(vectors):      # rows giving each thread `vectors` vectors of the narrowest chunk
+        return triton.next_power_of_2(-(-vectors * 32 * warps * width // narrowest))
+    rows = min(rows_for(2), most)
+    while warps > 1 and rows * narrowest < 2 * 32 * warps * width:
+        warps //= 2
+    # at least one vector per thread, even past the rows there are (masked off): Triton would
+    # not vectorize a tile whose threads hold less
+    return LaunchConfig(max(rows, rows_for(1)), cols, warps, width)
 
 
 def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfig) -> str:
