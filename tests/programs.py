@@ -514,8 +514,8 @@ def build_pad(draw, pool):
         return None
     widths = []
     for size in reversed(x.shape[x.rank - draw(st.integers(1, x.rank)):]):  # last dim first
-        lo = draw(st.integers(max(-2, -size), 3))
-        hi = draw(st.integers(max(-2, -size, -size - lo), 3))
+        lo = draw(st.integers(max(-2, -size), 3) | st.sampled_from([4, 8]))   # 4, 8: aligned
+        hi = draw(st.integers(max(-2, -size, -size - lo), 3) | st.sampled_from([4, 8]))
         widths += [pool.literal(draw, lo), pool.literal(draw, hi)]
     value = scalar_for(draw, x.kind)
     form = draw(st.sampled_from(["value", "mode", "default"]))
@@ -658,6 +658,9 @@ def shapes(draw, rank: int | None = None) -> tuple[int, ...]:
     rank = rank or draw(st.integers(1, MAX_RANK))
     top = 6 if rank <= 3 else 4  # keeps inputs at 256 elements or fewer
     sizes = [draw(st.integers(1, top)) for _ in range(rank)]
+    if rank <= 2 and draw(st.integers(0, 5)) == 0:
+        # a last dim of whole vectors: cat/pad boundaries on it can be aligned (piece-wise code)
+        sizes[-1] = draw(st.sampled_from([8, 12, 16]))
     if draw(st.integers(0, 7)) == 0:
         sizes[draw(st.integers(0, rank - 1))] = 0
     return tuple(sizes)

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import event, given, note, settings
 import torch.nn.functional as F
 import triton
 
 import ir
 import triton_exec
 from ir.examples import rope, rope_inputs
-from programs import assert_close
+from programs import assert_close, assert_matches_eager, programs
+from test_triton_programs import check_geometry
 from triton_exec import cost
 from triton_exec.codegen import Chunk, Group, plan_chunks
 from triton_exec.launch import noop_launches
@@ -119,3 +121,48 @@ def test_chunked_kernels_match_eager(fn, shapes, dtype):
     jfn = ir.jit(fn, executors=["triton"])
     assert_close(jfn(*args), fn(*args))
     assert all(r.lowered.chunks for r in triton_exec.last_kernels(jfn))
+
+
+def test_rope_on_a_fused_qkv_tensor_backward_is_as_wide_as_its_forward():
+    """The backward's domain is qkv's columns: each head's gradient read through a reshape.
+    Split at the head size (the reshape's divisions fold over each head's columns), its loads
+    and stores are 16 B wherever the forward's are (8 B where the rotation moves by n / 2)."""
+    from ir.examples import rope_qkv
+    B, T, H, hs, n = 2, 16, 4, 32, 8
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(B, T, 3 * H * hs, generator=g).bfloat16()
+    cos, sin = torch.randn(2, T, n, generator=g).bfloat16().unbind(0)
+    jfn = ir.jit(rope_qkv, executors=["triton"])
+    a, b = qkv.clone().requires_grad_(), qkv.clone().requires_grad_()
+    q, k = jfn(a, cos, sin, H, H, hs, n)
+    eq, ek = rope_qkv(b, cos, sin, H, H, hs, n)
+    gq, gk = (torch.randn(q.shape, generator=g).bfloat16() for _ in range(2))
+    (got,) = torch.autograd.grad((q, k), a, (gq, gk))
+    (want,) = torch.autograd.grad((eq, ek), b, (gq, gk))
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=4e-2)
+    records = triton_exec.last_kernels(jfn)
+    (fwd,) = [r for r in records if r.direction == "forward"]
+    (bwd,) = [r for r in records if r.direction == "backward"]
+    f_widths, b_widths = fwd.access_widths(), bwd.access_widths()
+    assert set(b_widths["ld"]) == set(f_widths["ld"]) == {16, 8}
+    assert set(b_widths["st"]) == set(f_widths["st"]) == {16}
+    # the gradient of q and k read 16 B a time, but for the rotated half's partners
+    widths = [(a.label, a.width) for a in bwd.lowered.accesses if a.kind == "load"]
+    assert all(w == 8 for label, w in widths if "cos" in label)
+    assert {w for label, w in widths if "sin" in label} == {4}
+    # about as lean per byte as the forward (its 2-byte loads took 16x the instructions per byte)
+    assert bwd.cost().bytes_per_warp_instruction >= 0.5 * fwd.cost().bytes_per_warp_instruction
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@settings(max_examples=25)
+@given(program=programs(max_ops=4, op_names=("cat", "pad", "index", "arith", "cast", "unary")))
+def test_generated_cats_pads_and_slices_match_eager(program, mode):
+    """Static boundaries (constant mode: chunked where a boundary meets the vector, aligned or
+    not) and runtime ones (symbolic mode: whole tiles), against eager."""
+    note(program.describe())
+    jfn = ir.jit(program.fn, executors=["triton"], cache=mode)
+    assert_matches_eager(program, jfn(*program.inputs))
+    for record in triton_exec.last_kernels(jfn):
+        check_geometry(record)
+        event(f"{mode}: {'chunked' if record.lowered.chunks else 'whole'}")

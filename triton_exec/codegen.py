@@ -271,6 +271,7 @@ class KernelWriter:
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
         self.chunk = None                   # the column chunk being built (values are per chunk)
         self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
+        self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
@@ -797,7 +798,14 @@ def _reshape(w, eqn, idx, mask, path):
         walks = index.coefficient(idx[-1], w.cols) == 1
         return w.value(t, new, mask, path.through(shape[-1]) if walks else path.broken())
     flat = w.bound(_linear(w, idx, shape), "linear index through a reshape")
-    return w.value(t, _delinear(w, flat, t.shape), mask, path.broken())
+    new = _delinear(w, flat, t.shape)
+    # contiguous where the innermost index still walks the columns one by one (the divisions
+    # fold over a column chunk that no multiple of the inner sizes crosses); the rest of it
+    # (a multiple of its divisor) shifts the vectors' alignment
+    if t.ndim and index.coefficient(new[-1], w.cols) == 1:
+        shift = index.add(new[-1], index.mul(w.cols, -1))
+        return w.value(t, new, mask, path.through(shift.divisor))
+    return w.value(t, new, mask, path.broken())
 
 
 def _copy(w, eqn, idx, mask, path):
@@ -1044,15 +1052,40 @@ def plan_chunks(group: Group, boundaries) -> list | None:
     return chunks
 
 
-def column_boundaries(group: Group, vectorize_enabled: bool) -> set:
-    """The static columns at which a mask of the kernel changes: the kernel is built whole in a
-    scratch writer and each mask atom on the column index alone (`cols < 8`, `cols + 4 >= 8`)
-    gives its threshold."""
+MAX_CHUNKS = 32                 # column chunks of one kernel at most
+MAX_PERIODS = 16                # a column period split at most this many times per extent
+
+
+def column_boundaries(group: Group, vectorize_enabled: bool, chunks=None) -> set:
+    """The static columns at which a mask or an index of the kernel changes: the kernel is built
+    in a scratch writer (whole, or in `chunks`) and each mask atom on a column index alone
+    (`cols < 8`, `cols + 4 >= 8`) gives its threshold, each division of a column index by a
+    constant (`(cols + o1 * 128) % 32`, through a reshape) the multiples it steps at."""
     w = _writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
-    build(group, tile, w)
-    return {c for a in w.render.atoms
-            if (c := index.threshold(a, tile.cols)) is not None}
+    build(group, tile, w, chunks)
+    extent = group.domain[-1]
+    found = set()
+    for cols in w.column_leaves:
+        found |= {c for a in w.render.atoms if (c := index.threshold(a, cols)) is not None}
+        for division in w.render.divisions:
+            step = index.period(division, cols)
+            if step is not None and _known(extent) and extent // step[0] <= MAX_PERIODS:
+                d, k = step
+                found |= {j * d - k for j in range(1, (extent + k) // d + 1)}
+    return found
+
+
+def plan_columns(group: Group, vectorize_enabled: bool) -> list | None:
+    """The column chunks of the kernel (see `plan_chunks`): from the boundaries of the whole
+    kernel, then once more with those of the chunked one (a boundary a chunk's bounds reveal:
+    a pad inside a head once the reshape's division by the head size folds)."""
+    boundaries = column_boundaries(group, vectorize_enabled)
+    chunks = plan_chunks(group, boundaries)
+    if chunks is None:
+        return None
+    finer = plan_chunks(group, boundaries | column_boundaries(group, vectorize_enabled, chunks))
+    return finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
 
 
 def _writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
@@ -1070,6 +1103,7 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None) -> list:
     lines (returned; with `chunks`, each chunk's values and stores in turn, in the body);
     accesses, parameters and guards collect in `w`."""
     w.rows, w.cols = tile.rows, tile.cols
+    w.column_leaves.append(tile.cols)
     body = w.lines
     body.append(f"# Tile [ROWS, COLS] of the output domain "
                 f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost dim"
@@ -1102,6 +1136,7 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None) -> list:
         cols = index.Leaf(w.names.take(f"cols_{chunk.start}"), frozenset({"col_arange"}), 32, 1,
                           chunk.start, chunk.stop)
         w.cols, w.chunk, w.zeros, w.shape = cols, k, None, f"[ROWS, {chunk.width}]"
+        w.column_leaves.append(cols)
         arange = (f"{chunk.start} + " if chunk.start else "") + f"tl.arange(0, {chunk.width})[None, :]"
         if chunk.width >= w.max_vector:
             # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare or
@@ -1174,7 +1209,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
     analyze -> plan the tile -> build the expressions -> render."""
     group = analyze(eqns, outputs, inputs, values)
-    chunks = plan_chunks(group, column_boundaries(group, vectorize_enabled))
+    chunks = plan_columns(group, vectorize_enabled)
     w = _writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
     stores = build(group, tile, w, chunks)

@@ -257,6 +257,10 @@ def floordiv(a, b) -> Expr:
         return Const(a.value // b.value)
     if _nonneg(a) and a.hi is not None and b.lo is not None and a.hi <= b.lo:
         return Const(0)
+    split = _split_multiples(a, b)
+    if split is not None:
+        multiples, rest, q = split
+        return add(_divided(multiples, b.value), q)
     return FloorDiv(a, b)
 
 
@@ -268,7 +272,36 @@ def mod(a, b) -> Expr:
         return Const(a.value % b.value)
     if _nonneg(a) and a.hi is not None and b.lo is not None and a.hi <= b.lo:
         return a
+    split = _split_multiples(a, b)
+    if split is not None:
+        _, rest, q = split
+        return add(rest, -q * b.value)
     return Mod(a, b)
+
+
+def _split_multiples(a: Expr, b: Expr):
+    """For a >= 0 and a constant b > 0: (multiples, rest, q) when a = multiples + rest with every
+    term of `multiples` a nonnegative multiple of b and `rest`'s bounds within [q*b, (q+1)*b):
+    then a // b = multiples / b + q and a % b = rest - q*b. A column index bounded to a chunk
+    that one multiple of b does not cross divides so (`(cols + o1 * 128) % 32` is `cols - 32`
+    over columns [32, 64)). None otherwise."""
+    if not isinstance(b, Const) or b.value <= 1 or not isinstance(a, Sum):
+        return None
+    d = b.value
+    multiples = [(t, k) for t, k in a.terms if k % d == 0 and k > 0 and _nonneg(t)]
+    if not multiples:
+        return None
+    rest = add(*(mul(t, k) for t, k in a.terms if (t, k) not in multiples), a.const)
+    if rest.lo is None or rest.hi is None or rest.lo < 0:
+        return None
+    q = rest.lo // d
+    if (rest.hi - 1) // d != q:
+        return None
+    return Sum(tuple(multiples)), rest, q
+
+
+def _divided(multiples: Expr, d: int) -> Expr:
+    return add(*(mul(t, k // d) for t, k in multiples.terms))
 
 
 def threshold(atom: "Less", leaf: Expr):
@@ -276,6 +309,19 @@ def threshold(atom: "Less", leaf: Expr):
     atom changes value between leaf = c - 1 and c); else None."""
     terms, const = _terms(add(atom.a, mul(atom.b, -1)))
     return -const if terms == [(leaf, 1)] else None
+
+
+def period(division, leaf: Expr):
+    """(d, c) when `division` is `(leaf + m + k) // d` or `% d` with a constant d, a constant k
+    and m a sum of multiples of d (its value changes in steps where leaf + k crosses a multiple
+    of d: at leaf = j*d - k); else None."""
+    if not isinstance(division.b, Const) or division.b.value <= 1:
+        return None
+    d = division.b.value
+    terms, const = _terms(division.a)
+    if (leaf, 1) not in terms or any(k % d for t, k in terms if t != leaf):
+        return None
+    return d, const
 
 
 def coefficient(e: Expr, leaf: Expr) -> int:
@@ -362,6 +408,7 @@ class Renderer:
         self.names: dict = {}           # node or Mask -> its kernel name
         self.masks: list = []           # (Mask, name) bound so far, for conjunctions
         self.atoms: list = []           # every atom written, in order (for column boundaries)
+        self.divisions: list = []       # every FloorDiv and Mod written (for column periods)
 
     def bind(self, e, name: str, comment: str = "") -> str:
         """Binds e (an Expr or a Mask) to `name` (if not bound already); returns its name."""
@@ -390,6 +437,7 @@ class Renderer:
         if isinstance(e, Prod) and any(isinstance(x, Wide) for x in (e.a, e.b)):
             return self.bind(e, self.fresh("p"))            # an int64 offset product: once
         if isinstance(e, (FloorDiv, Mod)):
+            self.divisions.append(e)
             return self.bind(e, self.fresh("r"))
         src = self._compound(e)
         return src if top else f"({src})"
