@@ -267,9 +267,9 @@ class KernelWriter:
         self.narrow = True                  # int32 logical indices (see _narrow_indices)
         self.used: set = set()              # runtime integers the kernel reads
         self.render = index.Renderer(self.lines, self.names.fresh, self.hoist, self.use)
-        self.rows = self.cols = self.zeros = None
+        self.rows = self.cols = None
+        self.zeros: dict = {}               # tile shape -> its int32 zero tile
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
-        self.chunk = None                   # the column chunk being built (values are per chunk)
         self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
         self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
 
@@ -492,11 +492,11 @@ class KernelWriter:
         return self.pointers[key]
 
     def zero_tile(self) -> index.Leaf:
-        if self.zeros is None:
+        if self.shape not in self.zeros:
             name = self.names.take("zeros")
             self.lines.append(f"{name} = tl.full({self.shape}, 0, tl.int32)")
-            self.zeros = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
-        return self.zeros
+            self.zeros[self.shape] = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
+        return self.zeros[self.shape]
 
     def float_param(self, x: FloatProxy) -> str:
         """The kernel name of a runtime float of the trace: an fp32 scalar parameter."""
@@ -516,7 +516,7 @@ class KernelWriter:
             if _known(v):
                 return _literal(v, self.shape)
             return self.render.expr(self.size(v), top=True)
-        key = (id(v), tuple(idx), mask, self.chunk)
+        key = (id(v), tuple(idx), mask, self.shape)       # chunks of one width share values
         if key in self.memo:
             return self.memo[key]
         eqn = self.producers.get(id(v))
@@ -1016,7 +1016,7 @@ class Chunk:
         return self.start + self.width > self.stop
 
 
-PIECEWISE_MAX_COLS = 4096       # a static innermost extent up to this is computed piece-wise
+PIECEWISE_MAX_COLS = 1024       # a static innermost extent up to this is computed piece-wise
 CHUNKS_PER_SEGMENT = 4          # exact power-of-two chunks per segment before a masked one
 
 
@@ -1063,7 +1063,7 @@ def column_boundaries(group: Group, vectorize_enabled: bool, chunks=None) -> set
     constant (`(cols + o1 * 128) % 32`, through a reshape) the multiples it steps at."""
     w = _writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
-    build(group, tile, w, chunks)
+    build(group, tile, w, chunks, share=False)
     extent = group.domain[-1]
     found = set()
     for cols in w.column_leaves:
@@ -1098,10 +1098,12 @@ def _writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
     return w
 
 
-def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None) -> list:
+def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) -> list:
     """Step 3: the tile's header, every value as a function of the output index, and the store
     lines (returned; with `chunks`, each chunk's values and stores in turn, in the body);
-    accesses, parameters and guards collect in `w`."""
+    accesses, parameters and guards collect in `w`. With `share`, an unmasked chunk's columns
+    are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
+    chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
     w.rows, w.cols = tile.rows, tile.cols
     w.column_leaves.append(tile.cols)
     body = w.lines
@@ -1132,18 +1134,26 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None) -> list:
         return _values_and_stores(group, tile, w, tile.cols, tile.in_domain, Path())
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
     w.render.bind(in_rows, "in_rows")
-    for k, chunk in enumerate(chunks):
-        cols = index.Leaf(w.names.take(f"cols_{chunk.start}"), frozenset({"col_arange"}), 32, 1,
-                          chunk.start, chunk.stop)
-        w.cols, w.chunk, w.zeros, w.shape = cols, k, None, f"[ROWS, {chunk.width}]"
-        w.column_leaves.append(cols)
-        arange = (f"{chunk.start} + " if chunk.start else "") + f"tl.arange(0, {chunk.width})[None, :]"
-        if chunk.width >= w.max_vector:
-            # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare or
-            # shifted arange is lost where Triton folds it)
-            arange = f"tl.max_contiguous({arange}, [1, VEC])"
+    shared = {}                             # width -> the first unmasked chunk's leaf, start
+    for chunk in chunks:
+        w.shape = f"[ROWS, {chunk.width}]"
         body.append(f"# Columns [{chunk.start}, {chunk.stop})")
-        body.append(f"{cols.name} = {arange}")
+        if share and not chunk.masked and chunk.width in shared:
+            w.cols, first = shared[chunk.width]
+            cols = index.add(w.cols, chunk.start - first)
+        else:
+            cols = w.cols = index.Leaf(w.names.take(f"cols_{chunk.start}"),
+                                       frozenset({"col_arange"}), 32, 1, chunk.start, chunk.stop)
+            w.column_leaves.append(cols)
+            if not chunk.masked:
+                shared[chunk.width] = cols, chunk.start
+            arange = ((f"{chunk.start} + " if chunk.start else "")
+                      + f"tl.arange(0, {chunk.width})[None, :]")
+            if chunk.width >= w.max_vector:
+                # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare
+                # or shifted arange is lost where Triton folds it)
+                arange = f"tl.max_contiguous({arange}, [1, VEC])"
+            body.append(f"{cols.name} = {arange}")
         # bounds hold for the lanes the masks keep: the chunk's own mask is not folded by them
         in_chunk = in_rows & (index.Mask((index.Less(cols, index.Const(chunk.stop)),))
                               if chunk.masked else index.TRUE)

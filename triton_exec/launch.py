@@ -97,7 +97,7 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     return LaunchConfig(rows, cols, warps, width)
 
 
-CHUNKED_TILE = 8192         # elements of a program's tile at most, computed in column chunks
+CHUNKED_TILE = 16384        # elements of a program's tile at most, computed in column chunks
 
 
 def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int) -> LaunchConfig:
@@ -115,8 +115,8 @@ def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int
     while warps > 1 and rows * narrowest < 2 * 32 * warps * width:
         warps //= 2
     # at least one vector per thread, even past the rows there are (masked off): Triton would
-    # not vectorize a tile whose threads hold less
-    return LaunchConfig(max(rows, rows_for(1)), cols, warps, width)
+    # not vectorize a tile whose threads hold less; within the tile's size
+    return LaunchConfig(max(rows, min(rows_for(1), CHUNKED_TILE // cols)), cols, warps, width)
 
 
 def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfig) -> str:

@@ -32,20 +32,17 @@ def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, 
     v14 = v8 + v13
     tl.store(out0_ptr + rows * 32 + cols_0, v14.to(tl.float32), mask=in_rows)  # t11, 4 per access
     # Columns [4, 8)
-    cols_4 = tl.max_contiguous(4 + tl.arange(0, 4)[None, :], [1, VEC])
-    v15 = tl.load(x_ptr + p2 + p3 + p4 + cols_4, mask=in_rows, other=0)  # x: slice, 4 per access
-    v16 = tl.load(cos_ptr + p6 + cols_4, mask=in_rows, other=0)  # cos: plain, 4 per access
-    v17 = v15 * v16
-    v18 = tl.load(x_ptr + p2 + p3 + p4 + cols_4 - 4, mask=in_rows, other=0)  # x: slice, 4 per access
-    v19 = tl.load(sin_ptr + p11 + cols_4, mask=in_rows, other=0)  # sin: plain, 4 per access
-    v20 = v18 * v19
-    v21 = v17 + v20
-    tl.store(out0_ptr + rows * 32 + cols_4, v21.to(tl.float32), mask=in_rows)  # t11, 4 per access
+    v15 = tl.load(cos_ptr + p6 + cols_0 + 4, mask=in_rows, other=0)  # cos: plain, 4 per access
+    v16 = v9 * v15
+    v17 = tl.load(sin_ptr + p11 + cols_0 + 4, mask=in_rows, other=0)  # sin: plain, 4 per access
+    v18 = v5 * v17
+    v19 = v16 + v18
+    tl.store(out0_ptr + rows * 32 + cols_0 + 4, v19.to(tl.float32), mask=in_rows)  # t11, 4 per access
     # Columns [8, 24)
     cols_8 = tl.max_contiguous(8 + tl.arange(0, 16)[None, :], [1, VEC])
-    v22 = tl.load(x_ptr + p2 + p3 + p4 + cols_8, mask=in_rows, other=0)  # x: slice, 4 per access
-    tl.store(out0_ptr + rows * 32 + cols_8, v22.to(tl.float32), mask=in_rows)  # t11, 4 per access
+    v20 = tl.load(x_ptr + p2 + p3 + p4 + cols_8, mask=in_rows, other=0)  # x: slice, 4 per access
+    tl.store(out0_ptr + rows * 32 + cols_8, v20.to(tl.float32), mask=in_rows)  # t11, 4 per access
     # Columns [24, 32)
     cols_24 = tl.max_contiguous(24 + tl.arange(0, 8)[None, :], [1, VEC])
-    v23 = tl.load(x_ptr + p2 + p3 + p4 + cols_24, mask=in_rows, other=0)  # x: slice, 4 per access
-    tl.store(out0_ptr + rows * 32 + cols_24, v23.to(tl.float32), mask=in_rows)  # t11, 4 per access
+    v21 = tl.load(x_ptr + p2 + p3 + p4 + cols_24, mask=in_rows, other=0)  # x: slice, 4 per access
+    tl.store(out0_ptr + rows * 32 + cols_24, v21.to(tl.float32), mask=in_rows)  # t11, 4 per access
