@@ -13,6 +13,7 @@ eager's errors and gives the output dtypes, and a rule's shapes are checked agai
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -46,10 +47,15 @@ def output_shapes(fn, args, kwargs):
     if found is None:
         return None
     try:
-        inspect.signature(found).bind(*args, **kwargs)
+        _signature(found).bind(*args, **kwargs)
     except TypeError:
         return None
     return found(*args, **kwargs)
+
+
+@functools.cache
+def _signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
 
 
 def equal(a, b) -> None:
@@ -73,14 +79,15 @@ def _tensors(*xs):
       "round", "frac", "reciprocal", "square", "tan", "asin", "acos", "atan", "sinh", "cosh",
       "asinh", "acosh", "atanh", "isnan", "isinf", "isfinite", "logical_not", "bitwise_not",
       "nan_to_num", "cumsum", "cumprod", "logcumsumexp", "flip", "roll", "tril", "triu",
-      "resolve_neg", "resolve_conj", "detach", "normalize",
-      torch.Tensor.to, torch.Tensor.contiguous, torch.clone, torch.Tensor.clone,
+      "resolve_neg", "resolve_conj", "detach", "normalize", "scatter", "scatter_add",
+      "scatter_reduce", "index_add", "index_copy", "index_fill", "masked_scatter", "argsort",
+      "group_norm", "batch_norm", "instance_norm", "local_response_norm", torch.Tensor.to, torch.Tensor.contiguous, torch.clone, torch.Tensor.clone,
       torch.Tensor.__invert__)
 def same_as_input(input, *args, **kwargs):
     return [input.shape]
 
 
-@rule("sort")
+@rule("sort", "cummax", "cummin")
 def values_and_indices(input, *args, **kwargs):
     return [input.shape, input.shape]
 
@@ -144,6 +151,30 @@ def max_min(input, dim=None, keepdim=False, **kwargs):
         return [()]
     shape = reduced(input, dim, keepdim)
     return [shape, shape]
+
+
+@rule(torch.linalg.vector_norm)
+def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None):
+    return [reduced(input, dim, keepdim)]
+
+
+@rule(torch.norm, torch.Tensor.norm)
+def norm(input, p="fro", dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@rule("cosine_similarity")
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    shape = broadcast_shape(x1.shape, x2.shape)
+    d = _dim(dim, len(shape))
+    return [shape[:d] + shape[d + 1:]]
+
+
+@rule(F.glu)
+def glu(input, dim=-1):
+    d = _dim(dim, input.ndim)
+    equal(input.shape[d] % 2, 0)
+    return [input.shape[:d] + (input.shape[d] // 2,) + input.shape[d + 1:]]
 
 
 @rule("topk")
@@ -279,12 +310,6 @@ def index_select(input, dim, index):
     return [input.shape[:d] + tuple(index.shape[:1]) + input.shape[d + 1:]]
 
 
-@rule("scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill",
-      "masked_scatter")
-def same_as_first(input, *args, **kwargs):
-    return [input.shape]
-
-
 @rule("repeat")
 def repeat(input, *repeats):
     repeats = tuple(repeats[0]) if len(repeats) == 1 and isinstance(
@@ -324,6 +349,29 @@ def one_hot(input, num_classes=-1):
     if not isinstance(num_classes, IntProxy) and num_classes < 0:
         return None         # the number of classes comes from the data
     return [input.shape + (num_classes,)]
+
+
+@rule(F.pad)
+def pad(input, pad, mode="constant", value=None):
+    """Pads of (before, after) widths from the last dim backwards (any mode)."""
+    shape = list(input.shape)
+    for i in range(len(pad) // 2):
+        d = input.ndim - 1 - i
+        shape[d] = shape[d] + pad[2 * i] + pad[2 * i + 1]
+    return [tuple(shape)]
+
+
+@rule(F.interpolate)
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """A given size, or an integer scale factor (a float one rounds by value: no rule)."""
+    n = input.ndim - 2
+    if size is not None:
+        return [input.shape[:2] + _per_dim(size, n)]
+    scales = _per_dim(scale_factor, n)
+    if not all(type(s) is int or (type(s) is float and s.is_integer()) for s in scales):
+        return None
+    return [input.shape[:2] + tuple(own * int(s) for own, s in zip(input.shape[2:], scales))]
 
 
 # ---- convolution and pooling --------------------------------------------------------------
