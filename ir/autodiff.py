@@ -186,10 +186,22 @@ def _joined(run):
                 args.append(a)
     name = f"{run[0].prim.name}_to_{run[-1].prim.name.rsplit('_', 1)[-1]}"
     eqn = Eqn(Prim(name, "fusion", None, None), tuple(args),
-              {"body": tuple(b for e in run for b in e.params["body"]),
+              {"body": _distinct(b for e in run for b in e.params["body"]),
                "kernel": ", ".join(str(e.params.get("kernel")) for e in run)},
               tuple(o for e in run for o in e.outs), executor=run[0].executor)
     return eqn, _sequence(run, args)
+
+
+def _distinct(eqns) -> tuple:
+    """The equations once each: a view both groups recompute (`t0 = reshape(x0)` in each) is
+    one equation of the joint backward, so its input's gradient is not counted twice."""
+    seen, kept = set(), []
+    for e in eqns:
+        key = tuple(id(o) for o in e.outs)
+        if key not in seen:
+            seen.add(key)
+            kept.append(e)
+    return tuple(kept)
 
 
 def _sequence(run, args):

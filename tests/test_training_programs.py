@@ -133,3 +133,33 @@ def test_backward_kernels_ran():
 
 def F_pad(x):
     return torch.nn.functional.pad(x, (1, 1))
+
+
+VIEWS = ("x.reshape(-1)", "x[:, 1:]", "x.t()", "x.unsqueeze(0)", "x.flatten()", "x[1]",
+         "x.expand(2, 2, 3)")
+CONSUMERS = ("v * 2", "v.half()", "v.sin() + 1", "torch.cat((v, v), -1)", "F_pad(v)",
+             "(x * 3).sum() + v", "v.unsqueeze(-1) * 2")
+
+
+@settings(max_examples=20)
+@given(view=st.sampled_from(VIEWS), consumers=st.lists(st.sampled_from(CONSUMERS), min_size=2,
+                                                        max_size=3, unique=True),
+       data=st.data())
+def test_a_view_that_several_groups_recompute_gets_its_gradient_once(view, consumers, data):
+    """Groups that each recompute the same view of an input (`t0 = reshape(x)` in both) and are
+    joined into one differentiable unit: the view's gradient reaches the input once."""
+    namespace = {"torch": torch, "F_pad": F_pad}
+    body = "\n".join(f"    o{k} = {c}" for k, c in enumerate(consumers))
+    outs = ", ".join(f"o{k}" for k in range(len(consumers)))
+    exec(f"def f(x):\n    v = {view}\n{body}\n    return {outs}\n", namespace)
+    f = namespace["f"]
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = ir.jit(f, executors=["triton"])(xa), f(xb)
+    used = sorted(data.draw(st.sets(st.integers(0, len(consumers) - 1), min_size=1)))
+    gen = torch.Generator().manual_seed(1)
+    gs = [torch.randn(want[k].shape, generator=gen).to(want[k].dtype) for k in used]
+    note(f"{view}; {consumers}; grads of outputs {used}")
+    (ga,) = torch.autograd.grad([got[k] for k in used], xa, gs)
+    (gb,) = torch.autograd.grad([want[k] for k in used], xb, gs)
+    torch.testing.assert_close(ga, gb)
