@@ -7,7 +7,8 @@
 # Steps, each under its own time limit (the limits add up to 520 s, so the whole fits in 9 minutes):
 #   nvidia-smi and versions; CUDA correctness (perf/cuda_check.py: the RoPE, pad/cat/slice and
 #   random programs on CUDA tensors vs eager, compiled Triton); the benchmarks (rope, padcat,
-#   overhead); one autotune report of the seed's RoPE; the pytest suite's correctness cases.
+#   overhead, the small GPT's training step); one autotune report of the seed's RoPE; the pytest
+#   suite's correctness cases.
 # A step that fails or runs out of time is reported and the next one runs; the exit status is
 # the number of failed steps.
 set -uo pipefail
@@ -44,7 +45,7 @@ echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $PWD, OUT=$OUT" | tee -a "$sum
 step nvidia-smi 15 nvidia-smi
 step versions 30 "$PY" -c "import sys, torch, triton; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__); print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())"
 # correctness on CUDA: heuristic configs (no tuning), so that it is quick
-step cuda_check 95 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/cuda_check.py --examples 30
+step cuda_check 85 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/cuda_check.py --examples 30
 # benchmarks: tuning on (the executor's default on a GPU), a smaller config space (4: the
 # heuristic and its narrower VECs for bf16). The step limits are estimates: never yet run on a GPU.
 # Liger-Kernel's RoPE (a row of the forward + backward table): its wheel, installed with
@@ -55,16 +56,18 @@ if [[ -n "$liger_wheel" ]] && "$PY" -m pip install -q --no-deps --target "$OUT/l
         > "$OUT/liger_install.log" 2>&1; then
     liger_path="$OUT/liger"
 fi
-step bench_rope 150 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 PYTHONPATH="$PYTHONPATH${liger_path:+:$liger_path}" "$PY" perf/rope.py
-step bench_padcat 90 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/padcat.py
-step bench_overhead 55 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/overhead.py --seed-size
-step report 45 "$PY" -m triton_exec report --out "$OUT/report"
+step bench_rope 135 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 PYTHONPATH="$PYTHONPATH${liger_path:+:$liger_path}" "$PY" perf/rope.py
+step bench_padcat 80 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/padcat.py
+step bench_overhead 50 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/overhead.py --seed-size
+# the GPT's forward + backward with heuristic configs (tuning its ~30 kernels would not fit)
+step bench_gpt 60 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/gpt.py
+step report 40 "$PY" -m triton_exec report --out "$OUT/report"
 # the test suite's correctness cases (interpreter, CPU tensors) with what time is left
 # (pytest-xdist spreads it over 8 processes where it is installed, as on the H200 image)
 xdist=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
-step pytest 40 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider $xdist
+step pytest 25 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider $xdist
 
-for log in bench_rope bench_padcat bench_overhead; do
+for log in bench_rope bench_padcat bench_overhead bench_gpt; do
     [[ -f "$OUT/$log.log" ]] && { echo; echo "---- $log"; grep -E '^(\||##|[A-Z])' "$OUT/$log.log"; } >> "$summary"
 done
 echo "gpu_check done: $failed failed step(s); summary in $summary"

@@ -41,6 +41,18 @@ def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, caps
             assert r.ms is not None and r.ms > 0
 
 
+def test_gpt_cpu_mode_runs_the_training_step_and_matches_eager(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
+    rows = load("gpt").main(["--cpu"])
+    printed = capsys.readouterr().out
+    assert "## GPT training step (forward + backward)" in printed and "NOT GPU timings" in printed
+    assert [r.label for r in rows] == ["eager", "ir.jit triton", "torch.compile"]
+    for r in rows[:2]:
+        assert r.ok is True, f"{r.label}: {r.note}"
+        assert r.ms > 0 and r.note.endswith("tokens/s") and f"| {r.label} " in printed
+    assert rows[2].skipped
+
+
 def test_the_gpu_checks_correctness_script_dry_runs_on_the_interpreter(capsys, tmp_path,
                                                                       monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))

@@ -11,7 +11,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     examples = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(examples) == 2       # the first steps, then training (which builds on them)
+    assert len(examples) == 3       # the first steps, training, a model (each builds on them)
     namespace = {}
     for example in examples:
         exec(compile(example, "README.md", "exec"), namespace)
@@ -24,6 +24,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
             assert re.sub(r"rope_\d+_", "rope_", line) in re.sub(r"rope_\d+_", "rope_", printed)
     assert re.search(r"def rope(_\d+)?_fusion_0_backward\(cos, sin, t\d+\)", printed)
     assert "['forward', 'backward']" in printed
+    assert "ir.explain(GPT.forward)" in printed and "CacheStats(hits=1, misses=1, eager=0)" in printed
     assert (tmp_path / "perf/out/report/report.md").exists()
 
 
