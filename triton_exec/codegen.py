@@ -1122,7 +1122,7 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
         body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
         body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if group.wide_cols else "")
                     + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
-        w.render.bind(tile.in_domain, "in_domain")
+        _bind_domain(w, tile.in_domain, "in_domain", {tile.rows: "ROWS", tile.cols: "COLS"})
     if tile.outer:
         body.append("# Outer indices of the output, from the row index")
         for d in range(len(tile.outer) - 1, -1, -1):
@@ -1133,7 +1133,7 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
         body.append("# Values, as functions of the output index")
         return _values_and_stores(group, tile, w, tile.cols, tile.in_domain, Path())
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
-    w.render.bind(in_rows, "in_rows")
+    _bind_domain(w, in_rows, "in_rows", {tile.rows: "ROWS"})
     shared = {}                             # width -> the first unmasked chunk's leaf, start
     for chunk in chunks:
         w.shape = f"[ROWS, {chunk.width}]"
@@ -1160,6 +1160,23 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
         start = Path().through(chunk.start, chunk.width)
         body.extend(_values_and_stores(group, tile, w, cols, in_chunk, start))
     return []
+
+
+def _bind_domain(w, mask: index.Mask, name: str, blocks: dict) -> None:
+    """Binds the domain mask `name`; an atom `rows < R` with a constant R is always true when
+    the block (ROWS) divides R, which Triton then knows at compile time (`| (R % ROWS == 0)`):
+    a tile that covers whole blocks loads and stores unmasked."""
+    parts = []
+    for atom in mask.atoms:
+        src = f"({w.render.atom(atom)})"
+        if isinstance(atom.b, index.Const) and atom.a in blocks and not atom.negated:
+            src = f"({src} | ({atom.b.value} % {blocks[atom.a]} == 0))"
+        parts.append(src)
+    w.lines.append(f"{name} = {' & '.join(parts)}"
+                   + ("  # true where the blocks divide the extents" if "%" in "".join(parts)
+                      else ""))
+    w.render.names[mask] = name
+    w.render.masks.append((mask, name))
 
 
 def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:

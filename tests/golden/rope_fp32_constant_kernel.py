@@ -14,7 +14,7 @@ def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, 
     r1 = rows // 16
     o1 = r1 % 4
     o0 = rows // 64
-    in_rows = (rows < 128)
+    in_rows = ((rows < 128) | (128 % ROWS == 0))  # true where the blocks divide the extents
     # Columns [0, 4)
     cols_0 = tl.max_contiguous(tl.arange(0, 4)[None, :], [1, VEC])
     p2 = o0.to(tl.int64) * x_stride0
