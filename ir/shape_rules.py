@@ -87,6 +87,18 @@ def same_as_input(input, *args, **kwargs):
     return [input.shape]
 
 
+@rule(torch.Tensor.view)
+def view_as_dtype(input, dtype):
+    """`x.view(dtype)` (a view with sizes is a reshape the tracer models): the last dim scales
+    by the ratio of the item sizes."""
+    if not isinstance(dtype, torch.dtype):
+        return None
+    old, new = input.dtype.itemsize, dtype.itemsize
+    if old == new or input.ndim == 0:
+        return [input.shape]
+    return [input.shape[:-1] + (input.shape[-1] * old // new,)]
+
+
 @rule("sort", "cummax", "cummin")
 def values_and_indices(input, *args, **kwargs):
     return [input.shape, input.shape]

@@ -130,6 +130,9 @@ def _cases(option):
                                        F.interpolate(x, scale_factor=2),
                                        F.interpolate(x, size=(3, x.shape[-1]), mode="bilinear")),
                             lambda a, b, c, d, e: (_f32(a, 2, b, c),)),
+        "view_dtype": (lambda x: (x.view(torch.int32).float(), x.view(torch.int16).float(),
+                                  x.view(torch.int64).float()),
+                       lambda a, b, c, d, e: (_f32(a, b, c),)),
         "cummax_argsort": (lambda x: (*x.cummax(dim3), x.argsort(dim3)),
                            lambda a, b, c, d, e: (_f32(a, b, c),)),
         # fused ops (prims, whose shapes are symbolic by construction)
@@ -167,7 +170,7 @@ def _fused_after(op):
 sizes = st.tuples(*[st.sampled_from([8, 16, 24])] * 5)
 
 
-@settings(max_examples=6)
+@settings(max_examples=4)
 @given(data=st.data())
 @pytest.mark.parametrize("case", CASES)
 def test_each_rule_serves_many_sizes_from_one_entry(case, data):
