@@ -227,7 +227,10 @@ class TensorProxy(Var):
         return operator.index(self.shape[0])
 
     def __iter__(self):
-        raise NotImplementedError("iterating over a traced tensor is not supported")
+        """As eager: the tensor unbound along dim 0 (`a, b = x`; its size is specialized)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(active_trace().call_method("unbind", self, ()))
 
     def __bool__(self):
         raise NotImplementedError(

@@ -331,3 +331,21 @@ def test_the_new_ops_compile_for_sm90_with_16_byte_accesses(dtype):
     for record in records:
         widths = record.access_widths(arch=90)
         assert set(widths["ld"]) == set(widths["st"]) == {16}, (record.direction, widths)
+
+
+@pytest.mark.parametrize("executor, mode", [("triton", "constant values"),
+                                            ("torch", "symbolic values")])
+def test_iterating_over_a_tensor_unbinds_it_as_eager(executor, mode):
+    def f(x):
+        a, b = x
+        return a * b + sum(row for row in x)
+
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    xa, xb = leaf(x), leaf(x)
+    out, expected = jit(f, executor, mode)(xa), f(xb)
+    torch.testing.assert_close(out, expected)
+    g = torch.randn(3, 4)
+    torch.testing.assert_close(torch.autograd.grad(out, xa, g)[0],
+                               torch.autograd.grad(expected, xb, g)[0])
+    with pytest.raises(TypeError, match="0-d"):
+        jit(lambda t: [u for u in t], executor, mode)(torch.tensor(1.0))
