@@ -44,8 +44,12 @@ def test_the_demo_prints_traces_kernel_widths_and_writes_the_report(tmp_path, mo
     for part in ("# ---- Prologue ----", "def prologue(", "# ---- Computation trace ----",
                  "@triton.jit", "VEC=8",
                  "Access widths from PTX (compiled offline for sm_90): loads 16 B",
+                 "# ---- The small GPT (ir.examples.GPT, 1 layer): ir.jit(model) ----",
+                 "checked against eager: close", "silu, mul",
                  f"Autotune report written to {tmp_path / 'report' / 'report.md'}"):
         assert part in printed, part
+    kernels = re.search(r"# Kernels: (\d+) forward, (\d+) backward", printed)
+    assert kernels and int(kernels[1]) > 0 and int(kernels[2]) > 0
     # named after the function: rope_1 when another function called rope was jitted before
     assert re.search(r"t11 = rope(_\d+)?_fusion_0\(x, cos, sin\)", printed)
     assert (tmp_path / "report" / "report.json").exists()

@@ -1,6 +1,7 @@
 """`python -m triton_exec demo|report`: the embedded default, the seed's RoPE.
 
-    python -m triton_exec demo   [--out DIR] [--small]   # traces, kernel, widths, then the report
+    python -m triton_exec demo   [--out DIR] [--small]   # traces, kernel, widths, the small GPT,
+                                                         # then the report
     python -m triton_exec report [--out DIR] [--small]   # the autotune report only
     python -m triton_exec report MODULE:FUNCTION --args MODULE:FUNCTION [--out DIR]
         # the report of your function (plain or ir.jit), on the arguments that the --args
@@ -76,10 +77,34 @@ def demo(out_dir: str, small: bool) -> int:
             print(f"#   {label}: {width}")
         print("# Access widths from PTX (compiled offline for sm_90): "
               + _widths_text(access_widths_or_error(k)))
+    gpt_section("cuda" if args[0].is_cuda else "cpu")
     paths = triton_exec.report(jrope, *args, out_dir=out_dir)
     print(f"\nAutotune report written to {paths['md']} "
           f"({', '.join(str(p) for k, p in paths.items() if k != 'md')})")
     return 0
+
+
+def gpt_section(device: str) -> None:
+    """The small GPT of ir.examples (1 layer, tiny), jitted as a module: one training step
+    checked against eager, its fusion groups and its kernels by direction."""
+    from ir.examples import GPT, GPTConfig, gpt_batch, gpt_loss
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1)).to(device)
+    jmodel = ir.jit(model, executors=["triton"])
+    idx, targets = gpt_batch(model.config, 2, 16, device=device)
+    loss = gpt_loss(jmodel(idx), targets)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    expected = gpt_loss(model(idx), targets)
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)
+    print("\n# ---- The small GPT (ir.examples.GPT, 1 layer): ir.jit(model) ----")
+    print("# One training step (loss and every parameter's gradient) checked against eager: close")
+    explanation = ir.explain(jmodel, idx)
+    print("\n".join(str(explanation).split("\n\nLeft to torch")[0].splitlines()[2:]))
+    directions = [k.direction for k in triton_exec.last_kernels(jmodel)]
+    print(f"# Kernels: {directions.count('forward')} forward, {directions.count('backward')} "
+          "backward")
 
 
 def load(spec: str):
