@@ -56,34 +56,53 @@ def state_sources(module) -> dict:
 def structure_key(module, own_hooks: bool) -> tuple:
     """What the traces of `module`'s methods take as constant about its tree, one record per
     module (depth first): identity, class, training flag, the names of its parameters and
-    buffers that are set. Raises HookError where a module that a call runs has hooks (the
-    top module's own hooks only with `own_hooks`: calling a bound method skips them)."""
+    buffers, and which of them are None. Raises HookError where a module that a call runs has
+    hooks (the top module's own hooks only with `own_hooks`: calling a bound method skips them).
+    Run at every call: kept to plain dict and tuple work."""
     if any(getattr(_torch_module, name) for name in _GLOBAL_HOOKS):
         raise HookError("ir.jit: global module hooks are registered (torch.nn.modules.module."
                         "register_module_forward_hook and the like); a jitted module's forward "
                         "is traced once, so they would not run at every call: remove them")
-    records = []
-    _records(module, records, own_hooks)
+    if own_hooks:
+        _check_hooks(module)
+    records, stack = [], [module]
+    while stack:
+        mod = stack.pop()
+        d = mod.__dict__
+        params, buffers = d["_parameters"], d["_buffers"]
+        unset = (tuple(k for k, v in params.items() if v is None)
+                 + tuple(k for k, v in buffers.items() if v is None)
+                 if params or buffers else ())
+        records.append((id(mod), mod.__class__, mod.training, tuple(params), tuple(buffers),
+                        unset))
+        children = d["_modules"]
+        if children:
+            for child in reversed(children.values()):
+                if child is not None:
+                    _check_hooks(child)
+                    stack.append(child)
     return tuple(records)
 
 
-def _records(mod, records, check_hooks):
-    if check_hooks and any(getattr(mod, name) for name in _HOOK_DICTS):
-        kinds = [name.strip("_").replace("_", " ") for name in _HOOK_DICTS if getattr(mod, name)]
-        raise HookError(f"ir.jit: a {type(mod).__name__} module of the jitted module has "
-                        f"{' and '.join(kinds)}; its forward is traced once, so they would not "
-                        "run at every call: remove them (or jit the modules they wrap)")
-    records.append((id(mod), type(mod), mod.training,
-                    tuple(k for k, v in mod._parameters.items() if v is not None),
-                    tuple(k for k, v in mod._buffers.items() if v is not None)))
-    for child in mod._modules.values():
-        if child is not None:
-            _records(child, records, True)
+def _check_hooks(mod):
+    d = mod.__dict__
+    if not (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
+            or d["_backward_pre_hooks"]):
+        return
+    kinds = [name.strip("_").replace("_", " ") for name in _HOOK_DICTS if getattr(mod, name)]
+    raise HookError(f"ir.jit: a {type(mod).__name__} module of the jitted module has "
+                    f"{' and '.join(kinds)}; its forward is traced once, so they would not "
+                    "run at every call: remove them (or jit the modules they wrap)")
 
 
 def distance(old: tuple, new: tuple) -> int:
     """How many module records of two structure keys differ."""
     return sum(a != b for a, b in zip(old, new)) + abs(len(old) - len(new))
+
+
+def _set_names(record, field) -> list:
+    """The names of a module record's parameters (field 3) or buffers (4) that are not None."""
+    return [name for name in record[field] if name not in record[5]]
 
 
 def describe_change(module, old: tuple, new: tuple) -> str | None:
@@ -99,9 +118,11 @@ def describe_change(module, old: tuple, new: tuple) -> str | None:
             return f"{where}: replaced by another module (the module tree changed)"
         if was[2] != now[2]:
             return f"{where}: training changed {was[2]} -> {now[2]}"
-        kind = "parameters" if was[3] != now[3] else "buffers"
-        field = 3 if kind == "parameters" else 4
-        return f"{where}: its {kind} changed {list(was[field])} -> {list(now[field])}"
+        for kind, field in (("parameters", 3), ("buffers", 4)):
+            before, after = _set_names(was, field), _set_names(now, field)
+            if before != after:
+                return f"{where}: its {kind} changed {before} -> {after}"
+        return f"{where}: its parameters or buffers changed"
     return f"the module tree changed: {len(old)} -> {len(new)} modules"
 
 
