@@ -38,14 +38,17 @@ GUARD_SOURCE = {
     "stride_indivisible": "{a}_strides[{b[0]}] % {b[1]} != 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
     "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
+    "numel_eq": "{a} == {b}",       # a, b: shapes (tuples of sizes), their products equal
     "contiguous": "{a}.is_contiguous() == {b}",
 }
 
 
 def render_guard(guard) -> str:
     op, a, b = guard
-    a_source = " * ".join(render(x) for x in a) if op == "numel_lt" else render(a)
-    return GUARD_SOURCE[op].format(a=a_source, b=render(b) if not isinstance(b, tuple) else b)
+    a_source = " * ".join(render(x) for x in a) if op.startswith("numel") else render(a)
+    if op == "numel_eq":
+        b = " * ".join(render(x) for x in b)
+    return GUARD_SOURCE[op].format(a=a_source, b=render(b) if not isinstance(b, (tuple, str)) else b)
 
 
 @dataclasses.dataclass

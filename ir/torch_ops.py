@@ -542,6 +542,28 @@ def flatten(input, start_dim=0, end_dim=-1):
     return reshape(input, input.shape[:start] + (merged,) + input.shape[end + 1:])
 
 
+@register(torch.unflatten, torch.Tensor.unflatten, methods=("unflatten",))
+def unflatten(input, dim, sizes):
+    """reshape splitting dim `dim` into `sizes` (one of them may be -1), checked as eager does."""
+    d = _dim(dim, input.ndim)
+    sizes = tuple(sizes)
+    inferred = [k for k, s in enumerate(sizes) if not isinstance(s, IntProxy) and s == -1]
+    if not sizes or len(inferred) > 1:
+        raise RuntimeError("unflatten: provide non-empty sizes with at most one -1")
+    size = input.shape[d]
+    if inferred:
+        known = _numel([s for k, s in enumerate(sizes) if k != inferred[0]])
+        if known == 0 or size % known != 0:
+            raise RuntimeError(f"unflatten: Provided sizes {list(map(hint, sizes))} don't "
+                               f"multiply up to the size of dim {d} ({hint(size)}) in the input "
+                               f"tensor")
+        sizes = tuple(size // known if k == inferred[0] else s for k, s in enumerate(sizes))
+    elif _numel(sizes) != size:
+        raise RuntimeError(f"unflatten: Provided sizes {list(map(hint, sizes))} don't multiply "
+                           f"up to the size of dim {d} ({hint(size)}) in the input tensor")
+    return reshape(input, tuple(input.shape[:d]) + sizes + tuple(input.shape[d + 1:]))
+
+
 @register(torch.unsqueeze, torch.Tensor.unsqueeze, methods=("unsqueeze",))
 def unsqueeze(input, dim):
     d = _dim(dim, input.ndim + 1)

@@ -540,6 +540,47 @@ def build_reshape(draw, pool):
     return Step(f"{x.name}.{method}({args})", [x], x.mag)
 
 
+def build_split_merge(draw, pool):
+    """A reshape that splits one dim in two (`unflatten`, `view`, `reshape`) or merges two
+    neighbours (`flatten(d, d + 1)`), or pairs along the innermost dim: interleaved
+    (`torch.stack((a, b), -1).flatten(-2)`) or taken apart (`x.unflatten(-1, (-1, 2))[..., k]`)."""
+    form = draw(st.sampled_from(["unflatten", "split", "merge", "interleave", "pair"]))
+    if form == "interleave":
+        a = choose(draw, pool, lambda v: 1 <= v.rank < MAX_RANK)
+        b = a and choose(draw, pool, lambda v: v.shape == a.shape and v.kind == a.kind)
+        if b is None:
+            return None
+        return Step(f"torch.stack(({a.name}, {b.name}), dim=-1).flatten(-2)", [a, b],
+                    max(a.mag, b.mag))
+    if form == "pair":
+        x = choose(draw, pool, lambda v: v.rank >= 1 and v.shape[-1] % 2 == 0 and v.shape[-1])
+        if x is None:
+            return None
+        k = draw(st.integers(0, 1))
+        return Step(f"{x.name}.unflatten(-1, (-1, 2))[..., {k}]", [x], x.mag)
+    if form == "merge":
+        x = choose(draw, pool, lambda v: v.rank >= 2)
+        if x is None:
+            return None
+        d = draw(st.integers(0, x.rank - 2))
+        return Step(f"{x.name}.flatten({d}, {d + 1})", [x], x.mag)
+    x = choose(draw, pool, lambda v: 1 <= v.rank < MAX_RANK and v.tensor.numel())
+    if x is None:
+        return None
+    d = draw(st.integers(0, x.rank - 1))
+    size = x.shape[d]
+    a = draw(st.sampled_from([f for f in range(1, size + 1) if size % f == 0]))
+    if form == "unflatten":
+        sizes = draw(st.sampled_from([(a, -1), (-1, size // a), (a, size // a)]))
+        fn = draw(st.sampled_from(["{x}.unflatten({d}, {sizes})",
+                                   "torch.unflatten({x}, {d}, {sizes})"]))
+        return Step(fn.format(x=x.name, d=d - x.rank if draw(st.booleans()) else d,
+                              sizes=sizes), [x], x.mag)
+    shape = list(x.shape[:d]) + [a, size // a] + list(x.shape[d + 1:])
+    method = "view" if x.tensor.is_contiguous() and draw(st.booleans()) else "reshape"
+    return Step(f"{x.name}.{method}({', '.join(map(str, shape))})", [x], x.mag)
+
+
 def build_expand(draw, pool):
     x = choose(draw, pool)
     new = draw(st.integers(0, MAX_RANK - x.rank))
@@ -644,6 +685,7 @@ OPS: dict[str, Callable] = {
     "stack": build_stack,
     "pad": build_pad,
     "reshape": build_reshape,
+    "split_merge": build_split_merge,
     "expand": build_expand,
     "layout": build_layout,
 }
@@ -741,17 +783,19 @@ def acceptable(t: torch.Tensor) -> bool:
 def programs(draw, max_ops: int = 6, min_ops: int = 1,
              op_names: Collection[str] | None = None, int_args: bool = False,
              main_dtypes: Collection[torch.dtype] = FLOAT_DTYPES + (torch.int32,),
-             input_dtypes: Collection[torch.dtype] = INPUT_DTYPES) -> Program:
+             input_dtypes: Collection[torch.dtype] = INPUT_DTYPES,
+             base_shapes=None) -> Program:
     """A random program of min_ops..max_ops steps (fewer where no op of op_names applies) over
     1-3 input tensors, returning 1 or 2 tensors. op_names restricts the steps to those entries
     of OPS. With int_args, some slice bounds and pad widths become Python int arguments, passed
     after the tensors (for symbolic-values caching). main_dtypes: the dtype most inputs get is
     one of these, the others one of input_dtypes (also what casts target). The "in_place" op
-    only where op_names asks for it: a program with one is refused by ir.jit."""
+    only where op_names asks for it: a program with one is refused by ir.jit. base_shapes: the
+    strategy of the first input's shape (default `shapes()`)."""
     builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     main_dtype = draw(st.sampled_from(list(main_dtypes)))
-    base = draw(shapes())
+    base = draw(base_shapes if base_shapes is not None else shapes())
     pool = Pool([], int_args, input_dtypes)
     for i in range(draw(st.integers(1, 3))):
         shape = base if i == 0 else draw(related_shape(base))

@@ -12,12 +12,13 @@ import triton_exec
 from programs import TOLERANCES, assert_matches_eager, layout_tensors, loosest, programs
 
 FUSIBLE = ("arith", "unary", "max_min", "where", "compare", "cast", "index", "cat", "stack",
-           "pad", "reshape", "expand", "layout", "clamp", "pow", "div", "masked_fill", "split")
+           "pad", "reshape", "split_merge", "expand", "layout", "clamp", "pow", "div",
+           "masked_fill", "split")
 # Where a gradient jumps (a select, a clamp, |x|, relu at 0, max/min ties), an fp32 kernel and
 # eager's low-precision rounding may fall on different sides of the jump: low-precision
 # programs use only ops whose gradient is continuous.
 SMOOTH = ("arith", "unary", "compare", "cast", "index", "cat", "stack", "pad", "reshape",
-          "expand", "layout", "pow", "div", "masked_fill", "split")
+          "split_merge", "expand", "layout", "pow", "div", "masked_fill", "split")
 KINKS = ("abs(", "relu", "where(", "clamp", "clip(", "maximum(", "minimum(")
 
 

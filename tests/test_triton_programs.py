@@ -12,8 +12,8 @@ from programs import assert_matches_eager, programs
 from triton_exec import index
 
 RESIZE_AND_ELEMENTWISE = ("arith", "unary", "max_min", "where", "compare", "cast", "index", "cat",
-                          "stack", "pad", "reshape", "expand", "layout", "clamp", "pow", "div",
-                          "masked_fill", "split")
+                          "stack", "pad", "reshape", "split_merge", "expand", "layout", "clamp",
+                          "pow", "div", "masked_fill", "split")
 
 
 def check(program, mode):

@@ -73,7 +73,7 @@ def demo(out_dir: str, small: bool) -> int:
               f"VEC={k.config.vec}, num_warps={k.config.num_warps} "
               f"({k.tuning.source if k.tuning else 'heuristic'})")
         print("# Vector widths (elements per access, from the analysis):")
-        for label, width in k.vector_width.items():
+        for label, width in k.analysis_width.items():
             print(f"#   {label}: {width}")
         print("# Access widths from PTX (compiled offline for sm_90): "
               + _widths_text(access_widths_or_error(k)))

@@ -87,6 +87,7 @@ class Access:
     width: int
 
     number: int = 0     # position among the kernel's accesses
+    along_cols: bool = True     # its address walks the tile's columns one element at a time
 
     @property
     def label(self) -> str:
@@ -241,6 +242,57 @@ def _known(x) -> bool:
     return not isinstance(x, IntProxy)
 
 
+@dataclasses.dataclass
+class Pairs:
+    """Pair tiling, for groups that interleave pairs along the innermost dim (`unflatten(-1,
+    (-1, 2))`, `x[..., ::2]`, `torch.stack((a, b), -1).flatten(-2)`: the interleaved RoPE).
+
+    Each lane of the [ROWS, COLS] tile computes both elements of one pair of the innermost
+    output dim: `cols` walks the pairs, and the group's values are computed twice, for the
+    element index 2 * cols + 0 and 2 * cols + 1 (`trailing`: the domain's innermost dim is the
+    pair itself, indexed 0 and 1). The two results are interleaved in registers (`tl.join`) and
+    stored as one contiguous tile [ROWS, 2 * COLS] walked by `full_cols`. A load at `2 * cols +
+    c` is one contiguous load of the full tile split in registers (`tl.split`), so both elements
+    come from one vector access; a load at `cols + c` (per pair: a RoPE's cos and sin) is a
+    contiguous load of the pair tile. Widths are read from the index and the mask, as Triton
+    proves them: contiguous along the column leaf, V dividing the offset's remainder and every
+    mask boundary along it."""
+
+    trailing: bool
+    extent: index.Expr          # pairs along the innermost dim
+    full_cols: index.Leaf       # index along the innermost dim of the full tile
+    full_extent: index.Expr
+
+    def gcd(self, inner, mask, leaf) -> int:
+        """The largest power of two (up to the analysis' cap) that divides the innermost index
+        less its column leaf and each mask boundary along that leaf."""
+        g = index.add(inner, index.mul(leaf, -1)).divisor
+        for atom in mask.atoms:
+            if not atom.a.deps & leaf.deps - {"pid"} and not atom.b.deps & leaf.deps - {"pid"}:
+                continue
+            if index.coefficient(atom.a, leaf) != 1 or atom.b.tiled:
+                return 1
+            g = math.gcd(g, index.add(atom.b, index.mul(index.add(atom.a, index.mul(leaf, -1)),
+                                                           -1)).divisor)
+        return min(g, vectorize.DIVISOR_CAP)
+
+    def to_full(self, mask, cols):
+        """The mask of a pair lane as a mask of both its elements on the full tile: an atom
+        `cols + e < b` holds for the pair exactly when `full_cols + 2e < 2b` holds for each
+        element (also for `>=`); None when an atom has another form."""
+        atoms = []
+        for atom in mask.atoms:
+            if not (atom.a.deps | atom.b.deps) & {"col_arange"}:
+                atoms.append(atom)
+                continue
+            if index.coefficient(atom.a, cols) != 1 or atom.b.tiled:
+                return None
+            e = index.add(atom.a, index.mul(cols, -1))
+            atoms.append(index.Less(index.add(self.full_cols, index.mul(e, 2)),
+                                    index.mul(atom.b, 2), atom.negated))
+        return index.Mask(tuple(atoms))
+
+
 class KernelWriter:
     """Builds one kernel: lines of its body, its parameters, its accesses and guards. Index and
     mask math is built as `index` nodes; values are named tiles (`v1`, `v2`, ...)."""
@@ -272,6 +324,10 @@ class KernelWriter:
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
         self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
         self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
+        self.pairs: Pairs | None = None     # pair tiling (see `Pairs`), or None
+        self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
+        self.views: dict = {}               # (id(input), first merged dim) -> its merged view
+        self.loads: dict = {}               # (pointer, offset, mask, shape) -> the loaded value
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
@@ -279,19 +335,20 @@ class KernelWriter:
         self.lines.append(f"{name} = {expr}" + (f"  # {comment}" if comment else ""))
         return name
 
-    def mask_name(self, mask, comment: str = "") -> str:
-        """The kernel name of a (not always false) mask, bound once."""
-        mask = index.Mask(tuple(self.tiled_atom(a) for a in mask.atoms))
+    def mask_name(self, mask, comment: str = "", full: bool = False) -> str:
+        """The kernel name of a (not always false) mask, bound once; `full`: of the full tile
+        [ROWS, 2 * COLS] of pair tiling."""
+        mask = index.Mask(tuple(self.tiled_atom(a, full) for a in mask.atoms))
         if mask in self.render.names:
             return self.render.names[mask]
         return self.render.bind(mask, self.names.fresh("m"), comment)
 
-    def tiled_atom(self, atom):
+    def tiled_atom(self, atom, full: bool = False):
         """An atom computed per lane: one with no tile dependency (`0 < i1`) compares the zero
         tile instead (a scalar in a mask is refused by Triton 3.9's interpreter)."""
         if atom.a.tiled or atom.b.tiled:
             return atom
-        return index.Less(index.add(self.zero_tile(), atom.a), atom.b, atom.negated)
+        return index.Less(index.add(self.zero_tile(full), atom.a), atom.b, atom.negated)
 
     def constant_tile(self, value, dtype) -> str:
         """A tile holding `value` (a number or a runtime integer) in dtype's compute type."""
@@ -385,42 +442,146 @@ class KernelWriter:
             example = _contiguous_example(t if constant else self.originals.get(id(t), t))
         else:
             constant = False
-        terms, outer_strides, outer_dims = [], [], []
         inner = t.ndim - 1
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
         if argument:    # the kernel reads raw storage: a view with the negative bit must not come
             self.guards.append(("not_neg", t, None))
+        layout = (example, constant, argument, original_dims)
+        halves = self.pair_dim_load(t, idx, mask, what, layout)
+        if halves is not None:
+            return halves
+        terms, outer_strides, outer_dims = [], [], []
         for d, (i, s) in enumerate(zip(idx, t.shape)):
             if _known(s) and s == 1:
                 continue
             od = d if constant else original_dims[d]
-            stride = example.stride(od)
-            if d == inner and stride == 1:
+            if d == inner and example.stride(od) == 1:
                 if argument:
                     self.guards.append(("stride_eq", t, (od, 1)))
                 terms.append(i)
                 continue
             if d != inner:
-                outer_strides.append(stride if argument or constant else 1)
+                outer_strides.append(example.stride(od) if argument or constant else 1)
                 outer_dims.append(od)
-            if constant:        # literal strides; int64 where the bounds can pass 2**31
-                terms.append(index.mul(i, stride))
-                continue
-            scale = (vectorize.pow2_divisor(stride, self.max_vector)
-                     if self.vectorize and argument else 1)
-            if scale > 1 and Stride(self.originals.get(id(t), t), od) not in self.leaves:
-                self.guards.append(("stride_divisible", t, (od, scale)))
-            leaf = self.runtime_int(Stride(self.originals.get(id(t), t), od),
-                                    f"{t.name}_stride{od}", scale, bounded=False)
-            # int64 products: an index of the tile times a large stride can pass 2**31
-            terms.append(index.mul(index.widen(i), leaf))
+            terms.append(self.stride_term(t, i, od, layout))
         inner_stride = (example.stride(inner if constant else original_dims[inner])
                         if t.ndim else 0)
         walks = bool(idx) and t.ndim and index.coefficient(idx[-1], self.cols) == 1
         inner_path = path if walks else path.broken()
         dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
+        if self.pairs is not None and t.ndim and inner_stride == 1:
+            if index.coefficient(idx[-1], self.cols) == 2 and not _is(t.shape[-1], 1):
+                halves = self.pair_load(t, example, terms[:-1], idx[-1], t.shape[-1], mask,
+                                        what, outer_strides, dims)
+                if halves is not None:
+                    return halves
+            # pair tiling: the width is what the index and the mask show Triton
+            inner_path = Path(self.pairs.gcd(idx[-1], mask, self.cols)) if walks else path.broken()
         return self.emit_load(t, example, index.add(*terms), mask, inner_path, what,
                               inner_stride, outer_strides, dims)
+
+    def stride_term(self, t, i, od, layout):
+        """Index i times the stride of t's (original) dim od: a literal for a tensor torch
+        makes with constant sizes, else a runtime stride passed divided by its guarded
+        power-of-two divisor (int64 products: an index times a large stride can pass 2**31)."""
+        example, constant, argument, _ = layout
+        stride = example.stride(od)
+        if constant:
+            return index.mul(i, stride)
+        scale = (vectorize.pow2_divisor(stride, self.max_vector)
+                 if self.vectorize and argument else 1)
+        if scale > 1 and Stride(self.originals.get(id(t), t), od) not in self.leaves:
+            self.guards.append(("stride_divisible", t, (od, scale)))
+        leaf = self.runtime_int(Stride(self.originals.get(id(t), t), od),
+                                f"{t.name}_stride{od}", scale, bounded=False)
+        return index.mul(index.widen(i), leaf)
+
+    def pair_dim_load(self, t, idx, mask, what, layout):
+        """Under pair tiling, a tensor whose innermost dim holds the pairs ([..., n, 2], dim -2
+        walked by `cols`): its last two dims are one dim of 2n where they compose (strides 2 and
+        1; guarded for an argument), read as interleaved pairs (`pair_load`); None otherwise."""
+        example, constant, argument, original_dims = layout
+        if (self.pairs is None or t.ndim < 2 or not _is(t.shape[-1], 2)
+                or not isinstance(idx[-1], index.Const)
+                or index.coefficient(idx[-2], self.cols) != 1):
+            return None
+        d2, d1 = (t.ndim - 2, t.ndim - 1) if constant else tuple(original_dims[-2:])
+        if example.stride(d1) != 1 or example.stride(d2) != 2:
+            return None
+        terms, outer_strides, outer_dims = [], [], []
+        for d, (i, s) in enumerate(zip(idx[:-2], t.shape[:-2])):
+            if _known(s) and s == 1:
+                continue
+            od = d if constant else original_dims[d]
+            outer_strides.append(example.stride(od) if argument or constant else 1)
+            outer_dims.append(od)
+            terms.append(self.stride_term(t, i, od, layout))
+        inner = index.add(index.mul(idx[-2], 2), idx[-1])
+        n = t.shape[-2]     # the extent of the two dims as one: 2n (a runtime n: the mask's)
+        extent = 2 * n if _known(n) else vectorize.DIVISOR_CAP
+        halves = self.pair_load(t, example, terms, inner, extent, mask, what, outer_strides,
+                                (d1, outer_dims) if argument else None)
+        if halves is not None and argument:
+            self.guards += [("stride_eq", t, (d1, 1)), ("strides_compose", t, (d2, d1, 2))]
+        return halves
+
+    def pair_load(self, t, example, outer_terms, inner, extent, mask, what, outer_strides,
+                  dims):
+        """Under pair tiling, a load at `2 * cols + c` (the pairs' elements, interleaved): one
+        contiguous load of both elements of each pair on the full tile, split in registers
+        (`tl.split`); the half `c % 2` is the value. None where the mask or the tensor's extent
+        cannot be carried to the full tile (the strided load then serves)."""
+        if mask.false:
+            return None
+        rest = index.add(inner, index.mul(self.cols, -2))
+        parity = index._terms(rest)[1] % 2
+        base = index.add(rest, -parity)
+        if base.divisor % 2 or (_known(extent) and extent % 2) or (
+                not _known(extent) and vectorize.hint_of(extent) % 2):
+            return None
+        full_mask = self.pairs.to_full(mask, self.cols)
+        if full_mask is None:
+            return None
+        if not _known(extent):      # both elements of a pair lie inside the tensor
+            self.guards.append(("divisible", extent, 2))
+        offset = index.add(*outer_terms, self.pairs.full_cols, base)
+        key = (id(t), offset, full_mask)
+        if key not in self.pair_loads:
+            g = self.pairs.gcd(index.add(self.pairs.full_cols, base), full_mask,
+                               self.pairs.full_cols)
+            value = self.emit_load(t, example, offset, full_mask, Path(g), f"{what}, pairs",
+                                   1, outer_strides, dims, full=True, inner_extent=extent)
+            halves = (self.names.fresh("v"), self.names.fresh("v"))
+            self.lines.append(f"{halves[0]}, {halves[1]} = "
+                              f"tl.split(tl.reshape({value}, [ROWS, COLS, 2]))")
+            self.pair_loads[key] = halves
+        return self.pair_loads[key][parity]
+
+    def merged_view(self, t, i):
+        """t, an input of the group, with its dims i.. read as one: where their strides compose
+        (guarded for an argument; true of a contiguous tensor torch made) and their sizes are
+        constants; None otherwise, and for a value the group computes."""
+        if id(t) in self.producers or not all(_known(s) for s in t.shape[i:]):
+            return None
+        key = (id(t), i)
+        if key not in self.views:
+            example = self.values.get(id(t))
+            dims = list(self.stride_dims.get(id(t), range(t.ndim)))
+            original = self.originals.get(id(t), t)
+            composed = [(dims[d], dims[-1], math.prod(t.shape[d + 1:]))
+                        for d in range(i, t.ndim - 1) if t.shape[d] != 1]
+            if example is not None and any(example.stride(a) != example.stride(b) * p
+                                           for a, b, p in composed):
+                return None
+            view = TensorProxy(t.name, tuple(t.shape[:i]) + (math.prod(t.shape[i:]),), t.dtype,
+                               t.device, t.requires_grad)
+            self.stride_dims[id(view)] = dims[:i] + [dims[-1]]
+            self.originals[id(view)] = original
+            if example is not None:
+                self.values[id(view)] = example
+                self.guards += [("strides_compose", original, c) for c in composed]
+            self.views[key] = view
+        return self.views[key]
 
     def pointer(self, t) -> str:
         if id(t) not in self.pointers:
@@ -430,32 +591,41 @@ class KernelWriter:
         return self.pointers[id(t)]
 
     def emit_load(self, t, example, offset, mask, path, what, inner_stride, outer_strides,
-                  dims) -> str:
+                  dims, full: bool = False, inner_extent=None) -> str:
         """dims: for an argument (whose layout the prologue guards), the original dim of its
-        innermost dim and those of `outer_strides`; None for a tensor made by torch."""
+        innermost dim and those of `outer_strides`; None for a tensor made by torch. `full`:
+        a load of the full tile [ROWS, 2 * COLS] of pair tiling, whose innermost extent is
+        `inner_extent` (t's last two dims viewed as one)."""
+        if inner_extent is None:
+            inner_extent = t.shape[-1] if t.ndim else 1
         if mask.false:      # no lane of the domain reads it: the value is `other`
             return self.constant_tile(0, t.dtype)
         ptr = self.pointer(t)
+        key = (ptr, offset, mask, "[ROWS, 2 * COLS]" if full else self.shape)
+        if key in self.loads:       # the same load reached on another path (a view of t)
+            return self.loads[key]
 
         def width_at(data_ptr, inner=inner_stride, outer=tuple(outer_strides)):
-            return vectorize.load_width(path, example.element_size(),
-                                        t.shape[-1] if t.ndim else 1, inner, outer, data_ptr,
-                                        self.vectorize)
+            return vectorize.load_width(path, example.element_size(), inner_extent, inner, outer,
+                                        data_ptr, self.vectorize)
         width = width_at(_data_ptr(example))
         if dims is not None:
             if width > 1:
                 self.guards.append(("aligned", t, vectorize.ACCESS_BYTES))
             self.guard_narrowing(t, example, width, width_at, dims)
-        self.accesses.append(Access("load", t.name, what, width, len(self.accesses)))
+        leaf = self.pairs.full_cols if full else self.cols
+        self.accesses.append(Access("load", t.name, what, width, len(self.accesses),
+                                    index.coefficient(offset, leaf) == 1))
         self.itemsizes.append(example.element_size())
-        offset = self.tile_shaped(offset)
+        offset = self.tile_shaped(offset, full)
         value = self.let("v", f"tl.load({ptr} + {self.render.expr(offset, top=True)}, "
-                              f"mask={self.mask_name(mask)}, other=0)",
+                              f"mask={self.mask_name(mask, full=full)}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:
             wide = self.let("v", f"{value}.to(tl.float32)")
             self.loaded[wide] = (value, t.dtype)
-            return wide
+            value = wide
+        self.loads[key] = value
         return value
 
     def guard_narrowing(self, t, example, width, width_at, dims):
@@ -476,12 +646,13 @@ class KernelWriter:
             if divisor < self.max_vector and wider > width:
                 self.guards.append(("stride_indivisible", t, (d, 2 * divisor)))
 
-    def tile_shaped(self, offset):
-        """An offset of the tile's shape [ROWS, COLS] (a pointer of another shape than its mask
-        is refused by Triton, and by Triton 3.9's interpreter even where it broadcasts)."""
-        if {"row_arange", "col_arange"} <= offset.deps:
+    def tile_shaped(self, offset, full: bool = False):
+        """An offset of the tile's shape [ROWS, COLS] ([ROWS, 2 * COLS]: `full`) (a pointer of
+        another shape than its mask is refused by Triton, and by Triton 3.9's interpreter even
+        where it broadcasts)."""
+        if {"row_arange", "fcol_arange" if full else "col_arange"} <= offset.deps:
             return offset
-        return index.add(self.zero_tile(), offset)
+        return index.add(self.zero_tile(full), offset)
 
     def output_pointer(self, k: int) -> str:
         """The kernel name of output k's pointer (a parameter added when first used)."""
@@ -491,12 +662,14 @@ class KernelWriter:
             self.params.append(Param(self.pointers[key], "pointer", output=k))
         return self.pointers[key]
 
-    def zero_tile(self) -> index.Leaf:
-        if self.shape not in self.zeros:
+    def zero_tile(self, full: bool = False) -> index.Leaf:
+        """The int32 zero tile of the tile's shape (`full`: pair tiling's [ROWS, 2 * COLS])."""
+        shape = "[ROWS, 2 * COLS]" if full else self.shape
+        if shape not in self.zeros:
             name = self.names.take("zeros")
-            self.lines.append(f"{name} = tl.full({self.shape}, 0, tl.int32)")
-            self.zeros[self.shape] = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
-        return self.zeros[self.shape]
+            self.lines.append(f"{name} = tl.full({shape}, 0, tl.int32)")
+            self.zeros[shape] = index.Leaf(name, index.TILE, 32, index.DIVISOR_LIMIT, 0, 1)
+        return self.zeros[shape]
 
     def float_param(self, x: FloatProxy) -> str:
         """The kernel name of a runtime float of the trace: an fp32 scalar parameter."""
@@ -714,8 +887,17 @@ def _cat(w, eqn, idx, mask, path):
 
 
 def _boundaries(pieces, d, k):
-    """The sizes whose sums are piece k's start and end offsets (gcd of the parts divides them)."""
-    return [p.shape[d] for p in pieces[:k + 1]]
+    """Values whose gcd divides piece k's start and end offsets: the offsets themselves where
+    the sizes are known, else their known parts summed and each runtime size."""
+    start, runtime = 0, []
+    for p in pieces[:k]:
+        if _known(p.shape[d]):
+            start += p.shape[d]
+        else:
+            runtime.append(p.shape[d])
+    size = pieces[k].shape[d]
+    end = start + size if _known(size) else start
+    return [start, end] + runtime + ([] if _known(size) else [size])
 
 
 def _broadcast(w, eqn, idx, mask, path):
@@ -751,36 +933,61 @@ def _linear(w, idx, shape):
     return linear
 
 
-def _delinear(w, flat, shape) -> list:
-    """Index in shape of the row-major linear index `flat`."""
+def _delinear(w, flat, shape, comment: str = "") -> list:
+    """Index in shape of the row-major linear index `flat`; `flat` is bound to a name (with
+    `comment`) when its divisions do not all fold away (`(cols + rows * 32) // 32` is `rows`)."""
     new, inner = [], index.Const(1)
-    for s in reversed(shape):
+    for k, s in enumerate(reversed(shape)):   # flat >= 0 wherever the mask keeps a lane
         size = w.size(s)
-        new.append(index.mod(index.floordiv(flat, inner), size))
+        quotient = index.floordiv(flat, inner, live_nonneg=True)
+        # the outermost index needs no remainder: flat < the product of the sizes
+        new.append(quotient if k == len(shape) - 1 else index.mod(quotient, size,
+                                                                   live_nonneg=True))
         inner = index.mul(inner, size)
+    if comment and any(_divides(e, flat) for e in new):
+        w.bound(flat, comment)
     return list(reversed(new))
 
 
-def _inner_split(shape, in_shape):
-    """j such that shape[j:] splits the input's innermost dim (their product equals it), when the
-    sizes involved are known; the innermost index then stays contiguous through the reshape."""
+def _divides(e, flat) -> bool:
+    """Whether e divides or takes the remainder of `flat` itself (an unfolded division)."""
+    if isinstance(e, (index.FloorDiv, index.Mod)):
+        return e.a == flat or _divides(e.a, flat)
+    if isinstance(e, index.Sum):
+        return any(_divides(t, flat) for t, _ in e.terms)
+    return False
+
+
+def _suffixes(shape, in_shape):
+    """(j, i): the shortest suffixes shape[j:] and in_shape[i:] (a dim at least each) whose
+    products are equal, by the sizes in this call (a guard keeps runtime ones equal); None
+    when there are none."""
     if not shape or not in_shape:
         return None
     if same_size(shape[-1], in_shape[-1]):
-        return len(shape) - 1
-    product = 1
-    for j in range(len(shape) - 1, -1, -1):
-        if isinstance(shape[j], IntProxy) or isinstance(in_shape[-1], IntProxy):
-            return None
-        product *= shape[j]
-        if product == in_shape[-1]:
-            return j
-        if product > in_shape[-1]:
-            return None
-    return None
+        return len(shape) - 1, len(in_shape) - 1
+    j, i = len(shape) - 1, len(in_shape) - 1
+    p, q = vectorize.hint_of(shape[j]), vectorize.hint_of(in_shape[i])
+    while p != q:
+        if p < q:
+            j -= 1
+            if j < 0:
+                return None
+            p *= vectorize.hint_of(shape[j])
+        else:
+            i -= 1
+            if i < 0:
+                return None
+            q *= vectorize.hint_of(in_shape[i])
+    return j, i
 
 
 def _reshape(w, eqn, idx, mask, path):
+    """A reshape moves indices only. Where the output's and the input's innermost dims pair up
+    (suffixes with one product: the output splits the input's innermost dim, or merges inner
+    dims of an input of the group whose strides compose), the input's innermost index is the
+    output's inner index, linear: contiguous along the columns, with the gcd rule's width over
+    both innermost extents. Otherwise the index goes through the flat index (V = 1)."""
     t, shape = eqn.args
     kept_out = [i for i, s in zip(idx, shape) if not _known(s) or s != 1]
     kept_in = [s for s in t.shape if not _known(s) or s != 1]
@@ -790,15 +997,27 @@ def _reshape(w, eqn, idx, mask, path):
         it = iter(kept_out)
         new = [next(it) if not _known(s) or s != 1 else index.Const(0) for s in t.shape]
         return w.value(t, new, mask, path)
-    j = _inner_split(shape, t.shape)
-    if j is not None:       # the innermost input index stays cols + (split dims) * extents
+    found = _suffixes(shape, t.shape)
+    if found is not None:
+        j, i = found
+        if not all(_known(s) for s in (*shape[j:], *t.shape[i:])) and not (
+                i == t.ndim - 1 and j == len(shape) - 1):
+            w.guards.append(("numel_eq", tuple(shape[j:]), tuple(t.shape[i:])))
+        for extent in (shape[-1], t.shape[-1]):     # runtime extents the width rests on
+            w.size(extent, inner=True)
         inner = _linear(w, idx[j:], shape[j:])
-        outer = w.bound(_linear(w, idx[:j], shape[:j]), "outer index through a reshape")
-        new = _delinear(w, outer, t.shape[:-1]) + [inner]
-        walks = index.coefficient(idx[-1], w.cols) == 1
-        return w.value(t, new, mask, path.through(shape[-1]) if walks else path.broken())
-    flat = w.bound(_linear(w, idx, shape), "linear index through a reshape")
-    new = _delinear(w, flat, t.shape)
+        outer = _delinear(w, _linear(w, idx[:j], shape[:j]), t.shape[:i],
+                          "outer index through a reshape")
+        view = t if i == t.ndim - 1 else w.merged_view(t, i)
+        if view is not None:
+            new = outer + [inner]
+        else:   # inner dims of a value the group computes: the inner index taken apart
+            view, new = t, outer + _delinear(w, inner, t.shape[i:], "inner index through a reshape")
+        walks = index.coefficient(new[-1], w.cols) == 1
+        return w.value(view, new, mask,
+                       path.through(shape[-1], t.shape[-1]) if walks else path.broken())
+    flat = _linear(w, idx, shape)
+    new = _delinear(w, flat, t.shape, "linear index through a reshape")
     # contiguous where the innermost index still walks the columns one by one (the divisions
     # fold over a column chunk that no multiple of the inner sizes crosses); the rest of it
     # (a multiple of its divisor) shifts the vectors' alignment
@@ -953,6 +1172,9 @@ class Tile:
     cols_extent: index.Expr
     in_domain: index.Mask
     outer: list                 # index node of each outer dim, from `rows`
+    points: list                # the output index of each lane: one, or one per pair element
+    pairs: Pairs | None = None  # pair tiling
+    tiled: tuple = ()           # the sizes the tile walks (pairs: the pairs' count innermost)
 
 
 def analyze(eqns, outputs, inputs, values) -> Group:
@@ -978,12 +1200,43 @@ def analyze(eqns, outputs, inputs, values) -> Group:
                  vectorize.ACCESS_BYTES // min(itemsizes), merged, narrow, wide_cols, guards)
 
 
+def _pair_tiling(group: Group, enabled: bool) -> str | None:
+    """Whether the group is tiled by pairs (see `Pairs`): "trailing" when the domain ends in a
+    dim of 2 (`torch.stack((a, b), -1)`), "interleaved" when its innermost dim is even and the
+    group splits it into pairs or merges pairs into it (a reshape from or to an innermost dim of
+    2, a step-2 slice of the innermost dim); None otherwise."""
+    domain = group.domain
+    if not enabled:
+        return None
+    if len(domain) >= 2 and _is(domain[-1], 2) and not _is(domain[-2], 1):
+        return "trailing"
+    if vectorize.hint_of(domain[-1]) % 2 or vectorize.hint_of(domain[-1]) < 4:
+        return None
+    for e in group.eqns:
+        if e.prim is prims.reshape and e.args[0].ndim and e.out.ndim and (
+                _is(e.args[0].shape[-1], 2) != _is(e.out.shape[-1], 2)):
+            return "interleaved"
+        if e.prim is prims.slice_ and e.args[0].ndim and e.args[3][-1] == 2:
+            return "interleaved"
+    return None
+
+
 def plan_tile(group: Group, w: "KernelWriter") -> Tile:
     """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
     tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
     other), the domain mask and the outer indices."""
     domain = group.domain
-    sizes = [w.size(s, inner=d == len(domain) - 1) for d, s in enumerate(domain)]
+    pairing = _pair_tiling(group, w.vectorize)
+    inner = len(domain) - (2 if pairing == "trailing" else 1)
+    sizes = [w.size(s, inner=d == inner) for d, s in enumerate(domain)]
+    tiled = [vectorize.hint_of(s) for s in domain]
+    if pairing == "trailing":
+        sizes, tiled = sizes[:-1], tiled[:-1]
+        full_extent = index.mul(sizes[-1], 2)
+    elif pairing == "interleaved":
+        full_extent = sizes[-1]
+        sizes = sizes[:-1] + [index.floordiv(full_extent, 2)]
+        tiled[-1] //= 2
     rows_extent = index.Const(1)
     for s in sizes[:-1]:
         rows_extent = index.mul(rows_extent, s)
@@ -994,12 +1247,21 @@ def plan_tile(group: Group, w: "KernelWriter") -> Tile:
                       1, 0, cols_extent.value if isinstance(cols_extent, index.Const)
                       else INT32_LIMIT // 2)
     outer, inner = [], index.Const(1)
-    for d in range(len(domain) - 2, -1, -1):
+    for d in range(len(sizes) - 2, -1, -1):
         outer.insert(0, index.mod(index.floordiv(rows, inner), sizes[d]) if d
                      else index.floordiv(rows, inner))
         inner = index.mul(inner, sizes[d])
     in_domain = index.Mask((index.Less(rows, rows_extent), index.Less(cols, cols_extent)))
-    return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer)
+    if pairing is None:
+        return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer,
+                    [outer + [cols]], tiled=tuple(domain))
+    full_cols = index.Leaf("full_cols", frozenset({"pid", "fcol_arange"}), cols.bits, 1, 0,
+                           cols.hi and 2 * cols.hi)
+    pairs = Pairs(pairing == "trailing", cols_extent, full_cols, full_extent)
+    points = ([outer + [cols, index.Const(j)] for j in (0, 1)] if pairs.trailing
+              else [outer + [index.add(index.mul(cols, 2), j)] for j in (0, 1)])
+    return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer, points, pairs,
+                tuple(tiled))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1104,13 +1366,19 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
     accesses, parameters and guards collect in `w`. With `share`, an unmasked chunk's columns
     are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
     chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
-    w.rows, w.cols = tile.rows, tile.cols
+    w.rows, w.cols, w.pairs = tile.rows, tile.cols, tile.pairs
     w.column_leaves.append(tile.cols)
     body = w.lines
-    body.append(f"# Tile [ROWS, COLS] of the output domain "
-                f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost dim"
-                + (" (whole, in column chunks: over each every cat/pad/slice boundary is decided)"
-                   if chunks else ""))
+    pairs = tile.pairs
+    if pairs is None:
+        body.append(f"# Tile [ROWS, COLS] of the output domain "
+                    f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost "
+                    f"dim" + (" (whole, in column chunks: over each every cat/pad/slice boundary "
+                              "is decided)" if chunks else ""))
+    else:
+        body.append(f"# Tile [ROWS, COLS] of the pairs of the output domain "
+                    f"[{', '.join(w.describe(s) for s in tile.sizes)}{', 2' * pairs.trailing}]: "
+                    f"COLS walks pairs of the innermost dim, each lane computes both elements")
     body.append("pid = tl.program_id(0)")
     if chunks:
         body.append("rows = pid" + ("" if group.narrow else ".to(tl.int64)")
@@ -1122,6 +1390,12 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
         body.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
         body.append("cols = (pid % col_blocks)" + (".to(tl.int64)" if group.wide_cols else "")
                     + " * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
+        if pairs is not None:
+            body.append("# both elements of the pairs: the full tile [ROWS, 2 * COLS]")
+            body.append("full_cols = (pid % col_blocks)"
+                        + (".to(tl.int64)" if group.wide_cols else "")
+                        + " * (2 * COLS) + tl.max_contiguous(tl.arange(0, 2 * COLS), VEC)"
+                          "[None, :]")
         _bind_domain(w, tile.in_domain, "in_domain", {tile.rows: "ROWS", tile.cols: "COLS"})
     if tile.outer:
         body.append("# Outer indices of the output, from the row index")
@@ -1180,22 +1454,40 @@ def _bind_domain(w, mask: index.Mask, name: str, blocks: dict) -> None:
 
 
 def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:
-    """The outputs' values at columns `cols` (under `in_domain`) and their store lines."""
-    point = tile.outer + [cols]
-    start = start.through(group.domain[-1])
+    """The outputs' values at columns `cols` (under `in_domain`) and their store lines; under
+    pair tiling, each output's two elements per lane interleaved and stored on the full tile."""
+    points = [tile.outer + [cols]] if tile.pairs is None else tile.points
+    if tile.pairs is None:     # pair tiling: the widths are read from the index (`Pairs.gcd`)
+        start = start.through(group.domain[-1])
     mask = w.mask_name(in_domain) if in_domain.atoms else None
+    pairs, store_cols, extent = tile.pairs, cols, tile.cols_extent
+    if pairs is not None:
+        full_domain = index.Mask((index.Less(tile.rows, tile.rows_extent),
+                                  index.Less(pairs.full_cols, pairs.full_extent)))
+        mask = w.mask_name(full_domain, "the full tile inside the domain", full=True)
+        store_cols, extent = pairs.full_cols, pairs.full_extent
     stores = []
     for k, out in enumerate(group.outputs):
-        val = w.value(out, point if out.shape else [], in_domain, start)
-        raw, dtype = w.loaded.get(val, (None, None))
-        # a load stored as it was read: a plain copy, no fp32 round trip
-        val = raw if dtype == out.dtype else f"{val}.to({TL_DTYPE[out.dtype]})"
-        width = math.gcd(vectorize.store_width(out.dtype.itemsize, group.domain[-1], w.vectorize),
+        values = [w.value(out, point if out.shape else [], in_domain, start) for point in points]
+        if pairs is None:
+            val = values[0]
+            raw, dtype = w.loaded.get(val, (None, None))
+            # a load stored as it was read: a plain copy, no fp32 round trip
+            val = raw if dtype == out.dtype else f"{val}.to({TL_DTYPE[out.dtype]})"
+            inner_extent = group.domain[-1]
+        else:
+            val = w.let("v", f"tl.reshape(tl.join({values[0]}, {values[1]}), [ROWS, 2 * COLS])",
+                        "the pairs' elements, interleaved") + f".to({TL_DTYPE[out.dtype]})"
+            inner_extent = (group.domain[-1] if not pairs.trailing     # 2n: its divisor
+                            else extent.value if isinstance(extent, index.Const)
+                            else extent.divisor)
+        width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
                          start.gcd)
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
         w.itemsizes.append(out.dtype.itemsize)
         ptr = w.output_pointer(k)
-        offset = w.tile_shaped(index.add(index.mul(tile.rows, tile.cols_extent), cols))
+        offset = w.tile_shaped(index.add(index.mul(tile.rows, extent), store_cols),
+                               pairs is not None)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}" + (f", mask={mask}" if mask else "")
                       + f")  # {out.name}, {width} per access")
@@ -1236,7 +1528,9 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
     analyze -> plan the tile -> build the expressions -> render."""
     group = analyze(eqns, outputs, inputs, values)
-    chunks = plan_columns(group, vectorize_enabled)
+    # pair tiling computes whole tiles; column chunks are for the other groups
+    chunks = (None if _pair_tiling(group, vectorize_enabled)
+              else plan_columns(group, vectorize_enabled))
     w = _writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
     stores = build(group, tile, w, chunks)
@@ -1250,4 +1544,4 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
-                   group.domain, tuple(chunks or ()))
+                   tile.tiled, tuple(chunks or ()))

@@ -39,22 +39,40 @@ class KernelRecord:
 
     @property
     def vector_width(self) -> dict:
-        """Elements per access, per load/store of the kernel (the analysis' V)."""
-        return self.lowered.vector_width
+        """Elements per access, per load/store, as the kernel does them: read from the kernel
+        compiled for this machine's GPU (sm_90 without one; offline, once per record) with the
+        launch's specialization and config. See `analysis_width` for what the analysis proved;
+        it is also the answer, with a warning, where the offline compiler refuses the kernel."""
+        try:
+            return self.compiled_vector_width()
+        except Exception as error:     # noqa: BLE001 (the offline compiler's refusal)
+            log.warning("%s: widths of the analysis: the offline compile failed: %s: %s",
+                        self.name, type(error).__name__, error)
+            return self.analysis_width
 
     @property
     def min_vector_width(self) -> int:
-        return self.lowered.min_width
+        return min(self.vector_width.values(), default=1)
 
-    def ptx(self, arch: int = 90) -> str:
-        """The kernel compiled offline for sm_<arch>, specialized as a launch on the inputs that
-        built it would be (pointer alignment, divisible and unit integers, constexprs)."""
+    @property
+    def analysis_width(self) -> dict:
+        """The vectorization analysis' V per access: the width along the tile's columns that
+        the prologue's guards make legal. The kernel does exactly this along the columns, capped
+        by the config's VEC; Triton may widen a load whose address is not linear in the columns,
+        which this does not model: along the rows (a transposed read, contiguous along the outer
+        index), or on Triton 3.9 through `cols % n` (n of known divisibility)."""
+        return self.lowered.vector_width
+
+    def ptx(self, arch: int | None = None, form: str = "ptx") -> str:
+        """The kernel compiled offline for sm_<arch> (default: this machine's GPU, else 90),
+        specialized as a launch on the inputs that built it would be (pointer alignment,
+        divisible and unit integers, constexprs); `form="llir"`: its LLVM IR."""
         signature, constexprs, divisible = launch.launch_specialization(
             self.lowered, self.example_args, self.config)
-        return offline.compile_ptx(self.kernel, signature, constexprs, divisible,
-                                   self.config.num_warps, arch)
+        return offline.compile_asm(self.kernel, signature, constexprs, divisible,
+                                   self.config.num_warps, arch or _arch())[form]
 
-    def access_widths(self, arch: int = 90) -> dict:
+    def access_widths(self, arch: int | None = None) -> dict:
         """Counts of global loads and stores by width in bytes, read from the PTX."""
         return offline.access_widths(self.ptx(arch))
 
@@ -63,6 +81,33 @@ class KernelRecord:
         where the cubin or the disassembler is missing), bytes moved, bytes per
         warp-instruction, registers and spills (see `triton_exec.cost`)."""
         return cost.record_cost(self, arch)
+
+    def compiled_vector_width(self, arch: int | None = None) -> dict:
+        """Elements per access, per load/store, of the compiled kernel: the widest
+        `ld.global`/`st.global` compiled from the access's source line (offline, for sm_<arch>);
+        0 for an access the compiler left out."""
+        by_line = offline.access_widths_by_line(self.ptx(arch, "llir"))
+        first = launch.KERNEL_HEADER.count("\n") + 1    # the kernel file's line of source line 1
+        lines = {"load": [], "store": []}
+        for n, line in enumerate(self.source.splitlines(), start=first):
+            for kind, call in (("load", "tl.load("), ("store", "tl.store(")):
+                lines[kind] += [n] * line.count(call)
+        found = {}
+        for kind, op in (("load", "ld"), ("store", "st")):
+            accesses = [a for a in self.lowered.accesses if a.kind == kind]
+            assert len(accesses) == len(lines[kind]), (kind, len(accesses), len(lines[kind]))
+            for a, n in zip(accesses, lines[kind]):
+                widest = max(by_line.get(n, {}).get(op, ()), default=0)
+                found[a.label] = widest // self.lowered.itemsizes[a.number]
+        return found
+
+
+def _arch() -> int:
+    """The compute capability the records' widths are read for: this machine's GPU, else 90."""
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return 10 * major + minor
+    return 90
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import math
 
 INT32_LIMIT = 2 ** 31
 DIVISOR_LIMIT = 2 ** 30
-TILE = frozenset({"pid", "row_arange", "col_arange"})
+TILE = frozenset({"pid", "row_arange", "col_arange", "fcol_arange"})   # fcol: pair tiling's full tile
 
 
 def _pow2_divisor(n: int) -> int:
@@ -150,7 +150,10 @@ class FloorDiv(Expr):
         hi = None
         if self.a.hi is not None and self.b.lo:
             hi = (self.a.hi - 1) // self.b.lo + 1
-        _derived(self, self.a.deps | self.b.deps, max(self.a.bits, self.b.bits), 1,
+        divisor = 1
+        if isinstance(self.b, Const) and self.b.value > 0 and self.a.divisor % self.b.value == 0:
+            divisor = self.a.divisor // self.b.value
+        _derived(self, self.a.deps | self.b.deps, max(self.a.bits, self.b.bits), divisor,
                  0 if _nonneg(self.a) else None, hi)
 
 
@@ -249,7 +252,21 @@ def mul(a, b) -> Expr:
     return p
 
 
-def floordiv(a, b) -> Expr:
+def _split_multiple(a: Expr, k: int, live_nonneg: bool):
+    """(q, r) with a == k * q + r, q the terms of a whose coefficients k divides (and the
+    constant's quotient), r the rest; None unless both are non-negative (so Triton's truncating
+    `//` and `%` agree with Python's): known from the bounds, or for q, where `live_nonneg` says
+    a >= 0 wherever its value is used (a >= 0 and 0 <= r give q >= 0)."""
+    terms, const = _terms(a)
+    q = add(*(mul(t, c // k) for t, c in terms if c % k == 0), const // k)
+    r = add(*(mul(t, c) for t, c in terms if c % k), const % k)
+    return (q, r) if (_nonneg(q) or live_nonneg) and _nonneg(r) else None
+
+
+def floordiv(a, b, live_nonneg: bool = False) -> Expr:
+    """a // b, folded: a sum k * q + r with 0 <= r < k divided by k is q. `live_nonneg`: a is
+    non-negative on every lane where the result is used (masks drop the others), which is true
+    of the linear index through a reshape, whose bounds alone do not show it."""
     a, b = as_expr(a), as_expr(b)
     if isinstance(b, Const) and b.value in (0, 1):   # by 0: an empty domain, never launched
         return a if b.value else Const(0)
@@ -257,14 +274,23 @@ def floordiv(a, b) -> Expr:
         return Const(a.value // b.value)
     if _nonneg(a) and a.hi is not None and b.lo is not None and a.hi <= b.lo:
         return Const(0)
+    if _one_step(a, b):
+        return Const(a.lo // b.value)
     split = _split_multiples(a, b)
     if split is not None:
         multiples, rest, q = split
         return add(_divided(multiples, b.value), q)
+    if isinstance(a, Sum) and isinstance(b, Const) and b.value > 1:
+        split = _split_multiple(a, b.value, live_nonneg)
+        if split is not None and split[1] != a:
+            q, r = split
+            return add(q, floordiv(r, b))
     return FloorDiv(a, b)
 
 
-def mod(a, b) -> Expr:
+def mod(a, b, live_nonneg: bool = False) -> Expr:
+    """a % b, folded: the multiples of a constant b in a sum drop out (`live_nonneg`: as for
+    `floordiv`)."""
     a, b = as_expr(a), as_expr(b)
     if isinstance(b, Const) and b.value in (0, 1):
         return Const(0)
@@ -272,11 +298,24 @@ def mod(a, b) -> Expr:
         return Const(a.value % b.value)
     if _nonneg(a) and a.hi is not None and b.lo is not None and a.hi <= b.lo:
         return a
+    if _one_step(a, b):
+        return add(a, -(a.lo // b.value) * b.value)
     split = _split_multiples(a, b)
     if split is not None:
         _, rest, q = split
         return add(rest, -q * b.value)
+    if isinstance(a, Sum) and isinstance(b, Const) and b.value > 1:
+        split = _split_multiple(a, b.value, live_nonneg)
+        if split is not None and split[1] != a:
+            return mod(split[1], b)
     return Mod(a, b)
+
+
+def _one_step(a: Expr, b: Expr) -> bool:
+    """Whether a >= 0 lies between two multiples of a constant b > 1 (`cols` of the column
+    chunk [32, 64) divided by 32: 1, remainder `cols - 32`)."""
+    return (isinstance(b, Const) and b.value > 1 and _nonneg(a) and a.hi is not None
+            and a.lo // b.value == (a.hi - 1) // b.value)
 
 
 def _split_multiples(a: Expr, b: Expr):
@@ -325,13 +364,15 @@ def period(division, leaf: Expr):
 
 
 def coefficient(e: Expr, leaf: Expr) -> int:
-    """The coefficient of `leaf` in e when no other part of e depends on what `leaf` does."""
+    """The coefficient of `leaf` in e when no other part of e varies with what `leaf` walks (its
+    arange; the program id is one value per program, so `rows` does not vary along `cols`)."""
     terms, _ = _terms(e)
+    walks = leaf.deps & TILE - {"pid"}
     found = 0
     for t, k in terms:
         if t == leaf:
             found = k
-        elif t.deps & leaf.deps & TILE:
+        elif t.deps & walks:
             return 0
     return found
 
@@ -367,6 +408,8 @@ class Mask:
         if self.false or other.false:
             return FALSE
         atoms = self.atoms + tuple(a for a in other.atoms if a not in self.atoms)
+        if _empty(atoms):
+            return FALSE
         return Mask(atoms)
 
     @property
@@ -376,6 +419,18 @@ class Mask:
 
 TRUE = Mask(())
 FALSE = Mask((), True)
+
+
+def _empty(atoms) -> bool:
+    """Whether two atoms exclude each other: `a < b` and `a >= c` on one index with b <= c
+    (known from the bounds of c - b), as an empty cat piece's mask does."""
+    below = [x for x in atoms if not x.negated]
+    for x in atoms:
+        if x.negated:
+            for y in below:
+                if y.a == x.a and (d := add(x.b, mul(y.b, -1))).lo is not None and d.lo >= 0:
+                    return True
+    return False
 
 
 def less(a, b) -> Mask:

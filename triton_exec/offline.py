@@ -71,8 +71,8 @@ def compile_asm(
     num_warps: int,
     arch: int = 90,
 ) -> dict:
-    """Compile ``fn`` for CUDA compute capability ``arch``; its assembly by stage ("ptx", and
-    "cubin" bytes where ptxas ran).
+    """Compile ``fn`` for CUDA compute capability ``arch``; its assembly by stage ("ptx", "llir":
+    the LLVM IR, which carries each instruction's source line, and "cubin" bytes where ptxas ran).
 
     ``signature`` maps every parameter name to a Triton type ("*bf16", "i32", "constexpr", ...);
     ``constexprs`` gives the values of the constexpr parameters; ``divisible_by_16`` names the
@@ -98,7 +98,7 @@ def compile_asm(
         compiled = triton.compile(
             source, target=GPUTarget("cuda", arch, _CUDA_WARP_SIZE), options={"num_warps": num_warps}
         )
-        _asm_cache[key] = {stage: compiled.asm[stage] for stage in ("ptx", "cubin")
+        _asm_cache[key] = {stage: compiled.asm[stage] for stage in ("ptx", "llir", "cubin")
                            if stage in compiled.asm}
     return _asm_cache[key]
 
@@ -127,6 +127,30 @@ def access_widths(ptx: str) -> dict[str, dict[int, int]]:
             vector_count = int(match["vec"] or 1)
             counts[match["op"]][vector_count * int(match["bits"]) // 8] += 1
     return {op: dict(sorted(widths.items())) for op, widths in counts.items()}
+
+
+_DEBUG_REF = re.compile(r"!dbg !(?P<id>\d+)")
+_LOCATION = re.compile(r"^!(?P<id>\d+) = !DILocation\(line: (?P<line>\d+)")
+
+
+def access_widths_by_line(llir: str) -> dict[int, dict[str, set[int]]]:
+    """The widths in bytes of the global loads and stores of a compiled kernel by the line of
+    its source file each was compiled from: ``{12: {"ld": {16}}, 20: {"st": {16}}}``. Read from
+    the LLVM IR (``asm["llir"]``), where each access is the inline-asm `ld.global`/`st.global`
+    that the PTX holds verbatim, with its source location attached (the PTX's own `.loc` lines
+    follow LLVM's scheduling: Triton 3.9 attributes loads to the lines that use them)."""
+    lines = {m["id"]: int(m["line"]) for line in llir.splitlines()
+             if (m := _LOCATION.match(line))}
+    found: dict[int, dict[str, set[int]]] = {}
+    for line in llir.splitlines():
+        ref = _DEBUG_REF.search(line)
+        if ref is None or ref["id"] not in lines:
+            continue
+        asm = line.replace("\\09", "\t").replace("\\0A", "\n")    # LLVM's escapes in asm text
+        for match in _GLOBAL_ACCESS.finditer(asm):
+            width = int(match["vec"] or 1) * int(match["bits"]) // 8
+            found.setdefault(lines[ref["id"]], {}).setdefault(match["op"], set()).add(width)
+    return found
 
 
 def max_width(widths: dict[str, dict[int, int]], op: str) -> int:

@@ -74,7 +74,7 @@ def kernel_report(record, cache_hits: int) -> KernelReport:
         access_widths=access_widths_or_error(shown),
         compile_s=compile_s,
         cache_hits=cache_hits,
-        vector_widths=dict(record.vector_width),
+        vector_widths=dict(record.analysis_width),
         static_costs=static_costs(record, configs),
     )
 

@@ -1,0 +1,109 @@
+"""A kernel record's widths are what the compiled kernel does: over random programs of reshapes
+that split and merge dims (the innermost included), pads, cats, slices and stacks, with wide
+inner dims, in fp32 and bf16 and both cache modes, each access's width from the vectorization
+analysis (`record.analysis_width`) equals the width of the `ld.global`/`st.global` that the
+offline sm_90 compile makes of that access (`record.vector_width`, matched by source line), in
+both directions. The one allowed difference: a load whose address does not walk the columns
+linearly, for which the analysis says 1, and which Triton may still prove wider: along the
+tile's rows (a transposed read), or, on Triton 3.9 but not 3.6, through `cols % n` with n of
+known divisibility (a symbolic reshape merging inner dims).
+
+The soak: WIDTH_EXAMPLES=500 HYPOTHESIS_PROFILE=explore bash tests/run.sh tests/test_record_widths.py
+"""
+import os
+
+import torch
+from hypothesis import event, given, note, settings
+from hypothesis import strategies as st
+
+import ir
+import triton_exec
+from programs import assert_matches_eager, programs
+
+EXAMPLES = int(os.environ.get("WIDTH_EXAMPLES", "15"))
+OPS = ("split_merge", "reshape", "pad", "cat", "index", "stack", "layout", "arith", "expand")
+
+
+@st.composite
+def wide_shapes(draw):
+    """Shapes whose inner dims allow wide accesses: the innermost a multiple of 2 to 64."""
+    rank = draw(st.integers(1, 3))
+    inner = draw(st.sampled_from([2, 4, 6, 8, 12, 16, 24, 32, 64]))
+    return tuple(draw(st.integers(1, 4)) for _ in range(rank - 1)) + (inner,)
+
+
+def check_widths(record) -> list[str]:
+    """What each access's width came to (for `event`); raises where the analysis and the
+    compiled kernel disagree other than by a load vectorized along the rows."""
+    analysis, compiled = record.analysis_width, record.vector_width
+    seen = []
+    for access in record.lowered.accesses:
+        want, got = analysis[access.label], compiled[access.label]
+        if got == want:
+            seen.append(f"{access.kind} width {want}: as the analysis says")
+            continue
+        widened = access.kind == "load" and want == 1 and not access.along_cols and got > 1
+        assert widened, (f"{access.label}: the analysis says {want}, the kernel does {got}"
+                         f"\n{record.source}")
+        seen.append("a load not walking the columns linearly, widened by Triton")
+    return seen
+
+
+@settings(max_examples=EXAMPLES)
+@given(program=programs(max_ops=3, op_names=OPS, base_shapes=wide_shapes(),
+                        main_dtypes=(torch.float32, torch.bfloat16),
+                        input_dtypes=(torch.float32, torch.bfloat16)),
+       mode=st.sampled_from(["constant values", "symbolic values"]))
+def test_recorded_widths_are_the_compiled_widths(program, mode):
+    note(program.describe())
+    jfn = ir.jit(program.fn, executors=["triton"], cache=mode)
+    assert_matches_eager(program, jfn(*program.inputs))
+    for record in triton_exec.last_kernels(jfn):
+        for seen in check_widths(record):
+            event(seen)
+
+
+def test_the_issue_example_merge_and_split():
+    """reshape([4, 4, 8] -> [4, 32]) and back: the record states what the PTX does (it said 1
+    where the PTX had 16-byte loads), and both directions get the gcd rule's width."""
+    for shape, to in (((4, 4, 8), (4, 32)), ((4, 32), (4, 4, 8))):
+        for mode in ("constant values", "symbolic values"):
+            fn = lambda x: x.reshape(to) * 2      # noqa: E731
+            jfn = ir.jit(fn, executors=["triton"], cache=mode)
+            x = torch.randn(shape)
+            torch.testing.assert_close(jfn(x), fn(x))
+            (record,) = triton_exec.last_kernels(jfn)
+            check_widths(record)
+            if mode == "constant values":   # symbolic merges: V = 1 (see the README)
+                assert record.vector_width == record.analysis_width
+
+
+def test_the_check_can_fail():
+    """A record whose analysis claims a width the kernel does not have is caught."""
+    jfn = ir.jit(lambda x: x[:, 4:] * 2, executors=["triton"])
+    jfn(torch.randn(8, 36))
+    (record,) = triton_exec.last_kernels(jfn)
+    load = record.lowered.accesses[0]
+    assert load.width == 4
+    load.width = 1      # as the record said before the fix: narrower than the kernel
+    try:
+        check_widths(record)
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("a wrong width passed")
+    finally:
+        load.width = 4
+
+
+def test_a_transposed_load_is_vectorized_along_the_rows():
+    """The one difference allowed: Triton vectorizes a load contiguous along the outer index."""
+    jfn = ir.jit(lambda x: x.t() * 2, executors=["triton"])
+    x = torch.randn(4, 64)
+    torch.testing.assert_close(jfn(x), x.t() * 2)
+    (record,) = triton_exec.last_kernels(jfn)
+    (load,) = [a for a in record.lowered.accesses if a.kind == "load"]
+    assert not load.along_cols and load.width == 1
+    assert record.vector_width[load.label] > 1
+    assert check_widths(record) == ["a load not walking the columns linearly, widened by Triton",
+                                    "store width 4: as the analysis says"]
