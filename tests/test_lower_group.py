@@ -32,13 +32,7 @@ def group_of(fn, *args, mode="constant values"):
 
 
 def writer_for(group, vectorize=True):
-    w = codegen.KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
-                             vectorize, group.max_vector)
-    w.guards += group.guards
-    w.narrow = group.narrow
-    if group.merged is not None:
-        w.stride_dims, w.originals = group.merged.stride_dims, group.merged.originals
-    return w
+    return codegen.kernel_writer(group, vectorize)
 
 
 def test_analyze_merges_inner_dims_and_decides_index_widths():

@@ -1323,7 +1323,7 @@ def column_boundaries(group: Group, vectorize_enabled: bool, chunks=None) -> set
     in a scratch writer (whole, or in `chunks`) and each mask atom on a column index alone
     (`cols < 8`, `cols + 4 >= 8`) gives its threshold, each division of a column index by a
     constant (`(cols + o1 * 128) % 32`, through a reshape) the multiples it steps at."""
-    w = _writer(group, vectorize_enabled)
+    w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
     build(group, tile, w, chunks, share=False)
     extent = group.domain[-1]
@@ -1350,7 +1350,8 @@ def plan_columns(group: Group, vectorize_enabled: bool) -> list | None:
     return finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
 
 
-def _writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
+def kernel_writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
+    """The writer that builds `group`'s kernel: its values, defining equations, guards and merge."""
     w = KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
                      vectorize_enabled, group.max_vector)
     w.guards += group.guards
@@ -1531,7 +1532,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     # pair tiling computes whole tiles; column chunks are for the other groups
     chunks = (None if _pair_tiling(group, vectorize_enabled)
               else plan_columns(group, vectorize_enabled))
-    w = _writer(group, vectorize_enabled)
+    w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w)
     stores = build(group, tile, w, chunks)
     source = render_kernel(name, w, stores)
