@@ -9,8 +9,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REQUIREMENTS="torch==2.13.0 triton==3.6.0 hypothesis pytest numpy matplotlib"
 STAMP=.venv/.setup-done
-# pyproject.toml's hash: a changed project (e.g. its entry points) is installed again
-WANTED="$REQUIREMENTS; pyproject $(sha256sum pyproject.toml | cut -c1-16)"
+# pyproject.toml's hash and the checkout's path: a changed project (e.g. its entry points) or a
+# .venv now serving another checkout (its editable install points at the old path) installs again
+WANTED="$REQUIREMENTS; pyproject $(sha256sum pyproject.toml | cut -c1-16); at $(pwd -P)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 NEWEST_TRITON="triton==3.9.0"
 
