@@ -57,6 +57,7 @@ class Row:
     cost: cost.StaticCost | None = None
     widths: dict | None = None
     note: str = ""
+    loop: int | None = None         # LOOP: tiles per program along a loop dim (ours), if any
 
 
 @dataclasses.dataclass
@@ -99,13 +100,14 @@ def our_records(case: Case, executor: str) -> list:
 
 
 def _tile(config) -> str:
-    return f"{config.rows}x{config.cols}, {config.num_warps} warps"
+    loop = f", LOOP {config.loop}" if config.loop else ""
+    return f"{config.rows}x{config.cols}{loop}, {config.num_warps} warps"
 
 
 def our_rows(case: Case, executor: str, label: str) -> list[Row]:
     rows = []
     for record in our_records(case, executor):
-        row = Row(label, record.name, _tile(record.config))
+        row = Row(label, record.name, _tile(record.config), loop=record.config.loop)
         try:
             row.cost = record.cost(arch=90)
             row.widths = record.access_widths(arch=90)
@@ -143,11 +145,13 @@ def hand_row(case: Case, record) -> Row:
     config = record.config
     kernel, params = case.hand(case.args)
     params = dict(params, ROWS=config.rows, COLS=config.cols)
-    row = Row("hand-written", offline._as_jit_function(kernel).__name__, _tile(config))
+    row = Row("hand-written", offline._as_jit_function(kernel).__name__,
+              _tile(dataclasses.replace(config, loop=None)))
     try:
         asm = _specialize(kernel, params, config.num_warps)
         loaded, stored = cost.ideal_bytes(record)
-        n = cost.programs(record)
+        # its programs: one per [ROWS, COLS] tile of every outer dim (no loop over one of them)
+        n = cost.programs(record, dataclasses.replace(config, loop=config.loop and 1))
         row.cost = cost.static_cost(asm, config.num_warps, loaded / n, stored / n)
         row.widths = offline.access_widths(asm["ptx"])
     except Exception as error:      # noqa: BLE001

@@ -122,6 +122,7 @@ def test_config_space_keeps_a_vector_per_thread(rows, cols, width):
     class FakeLowered:
         max_width = width
         chunks = ()
+        loop = None
     heuristic = heuristic_config(FakeLowered(), rows, cols)
     space = autotune.config_space(heuristic, rows, width, max_configs=12)
     assert space[0] == heuristic and len(space) == len(set(space)) and 1 <= len(space) <= 12

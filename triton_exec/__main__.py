@@ -69,8 +69,8 @@ def demo(out_dir: str, small: bool) -> int:
     for k in triton_exec.last_kernels(jrope):
         print(f"\n# ---- Kernel {k.name} ----")
         print(k.source)
-        print(f"# Launch config: ROWS={k.config.rows}, COLS={k.config.cols}, "
-              f"VEC={k.config.vec}, num_warps={k.config.num_warps} "
+        print(f"# Launch config: {', '.join(f'{n}={v}' for n, v in k.config.constexprs().items())}"
+              f", num_warps={k.config.num_warps} "
               f"({k.tuning.source if k.tuning else 'heuristic'})")
         print("# Vector widths (elements per access, from the analysis):")
         for label, width in k.analysis_width.items():

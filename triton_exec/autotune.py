@@ -36,7 +36,8 @@ import warnings
 import torch
 import triton
 
-from triton_exec.launch import LaunchConfig, heuristic_config
+from ir.proxies import hint
+from triton_exec.launch import LaunchConfig, grid as launch_grid, heuristic_config
 from triton_exec.report_format import ConfigResult
 from triton_exec.tuning_cache import TuningCache, default_tuning_cache_path
 
@@ -154,17 +155,23 @@ def tuning_key(source: str, example_args: dict, domain: tuple, device: str) -> s
 
 
 def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: int,
-                 narrowest: int | None = None) -> list[LaunchConfig]:
+                 narrowest: int | None = None, loop_extent: int | None = None
+                 ) -> list[LaunchConfig]:
     """The heuristic first; then the same tile with each narrower VEC (1, 2, ... below the
-    analysis' maximum `vector`), the A/B of the vectorization; then ROWS x num_warps around the
-    heuristic at the full VEC, nearest first (in tile size, then warps). COLS is kept; each thread
-    holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC; for a kernel computed in
-    column chunks, along its `narrowest` chunk) and at most 64 in all. At most `max_configs`."""
+    analysis' maximum `vector`), the A/B of the vectorization; for a kernel with a loop (over a
+    dim of `loop_extent`), the heuristic with LOOP 2 and 8 (up to the extent); then ROWS x
+    num_warps around the heuristic at the full VEC, nearest first (in tile size, then warps).
+    COLS is kept; each thread holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC;
+    for a kernel computed in column chunks, along its `narrowest` chunk) and at most 64 in all.
+    At most `max_configs`."""
     cols = heuristic.cols
     narrowest = narrowest or cols
     max_rows = max(triton.next_power_of_2(max(rows, 1)), heuristic.rows)
     narrower = [dataclasses.replace(heuristic, vec=v)
                 for v in (2 ** k for k in range(int(math.log2(vector)))) if v < heuristic.vec]
+    loops = [] if heuristic.loop is None else [
+        dataclasses.replace(heuristic, loop=b) for b in (2, 8)
+        if b != heuristic.loop and b <= (loop_extent or 1)]
     candidates = {heuristic}
     r = 1
     while r <= max_rows:
@@ -172,7 +179,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
         if tile <= 16384 and (tile >= 256 or r == max_rows):
             for warps in (1, 2, 4, 8):
                 if r * narrowest >= 32 * warps * vector and tile <= 64 * 32 * warps:
-                    candidates.add(LaunchConfig(r, cols, warps, vector))
+                    candidates.add(LaunchConfig(r, cols, warps, vector, heuristic.loop))
         r *= 2
 
     def distance(c: LaunchConfig):
@@ -180,7 +187,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
                 abs(math.log2(c.num_warps) - math.log2(heuristic.num_warps)), c.rows, c.num_warps)
 
     rest = sorted(candidates - {heuristic}, key=distance)
-    return ([heuristic] + narrower + rest)[:max(max_configs, 1)]
+    return ([heuristic] + narrower + loops + rest)[:max(max_configs, 1)]
 
 
 def _label(config: dict) -> str:
@@ -189,16 +196,18 @@ def _label(config: dict) -> str:
 
 def _public(config: LaunchConfig) -> dict:
     return {"ROWS": config.rows, "COLS": config.cols, "num_warps": config.num_warps,
-            "VEC": config.vec}
+            "VEC": config.vec, **({} if config.loop is None else {"LOOP": config.loop})}
 
 
 def _from_public(stored: dict) -> LaunchConfig | None:
     try:
         config = LaunchConfig(int(stored["ROWS"]), int(stored["COLS"]), int(stored["num_warps"]),
-                              int(stored["VEC"]))
+                              int(stored["VEC"]),
+                              int(stored["LOOP"]) if "LOOP" in stored else None)
     except (KeyError, TypeError, ValueError):
         return None
-    if all(v > 0 and v & (v - 1) == 0 for v in dataclasses.astuple(config)):
+    powers = (config.rows, config.cols, config.num_warps, config.vec)
+    if all(v > 0 and v & (v - 1) == 0 for v in powers) and (config.loop or 1) > 0:
         return config
     return None
 
@@ -241,20 +250,18 @@ def _time(fn, interpreter: bool):
     return tuple(do_bench(fn, warmup=10, rep=40, quantiles=QUANTILES))
 
 
-def benchmark(lowered, kernel, configs, example_args: dict, domain: list[int], device,
+def benchmark(lowered, kernel, configs, example_args: dict, device,
               interpreter: bool) -> tuple[list[ConfigResult], dict]:
     """Times each config; (results, first-launch seconds per config label)."""
     args, why = _run_args(lowered, example_args, device)
     if args is None:
         return [ConfigResult(_public(c), error=why) for c in configs], {}
-    rows, cols = math.prod(domain[:-1]), domain[-1]
     results, first = [], {}
     for config in configs:
-        grid = (triton.cdiv(rows, config.rows) * triton.cdiv(cols, config.cols),)
+        grid = launch_grid(lowered, config, lambda leaf: hint(leaf.source))
 
         def run(config=config, grid=grid):
-            kernel[grid](*args, ROWS=config.rows, COLS=config.cols, VEC=config.vec,
-                         num_warps=config.num_warps)
+            kernel[grid](*args, **config.constexprs(), num_warps=config.num_warps)
 
         public = _public(config)
         try:
@@ -281,7 +288,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
     [prod(domain[:-1]), domain[-1]]); timing: False to run no kernel (a persisted winner or the
     heuristic)."""
     domain = [int(s) for s in domain]
-    rows = math.prod(domain[:-1])
+    rows = math.prod(s for d, s in enumerate(domain[:-1])
+                     if lowered.loop is None or d != lowered.loop.dim)
     heuristic = heuristic_config(lowered, rows, domain[-1])
     interpreter = is_interpreted(kernel)
     key = tuning_key(lowered.source, example_args, tuple(domain), device_kind(device, interpreter))
@@ -302,11 +310,12 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
         return Outcome(heuristic, key, "heuristic", interpreter=interpreter,
                        note="tuning off (no CUDA device, or TRITON_EXEC_AUTOTUNE=0)")
     configs = config_space(heuristic, rows, lowered.max_width, _max_configs(interpreter),
-                           min((c.width for c in lowered.chunks), default=None))
+                           min((c.width for c in lowered.chunks), default=None),
+                           lowered.loop and lowered.loop.extent)
     log.info("tuning %s over %d configs on %s (domain %s)", lowered.name, len(configs),
              device_kind(device, interpreter), domain)
     start = time.perf_counter()
-    results, first = benchmark(lowered, kernel, configs, example_args, domain, device, interpreter)
+    results, first = benchmark(lowered, kernel, configs, example_args, device, interpreter)
     seconds = time.perf_counter() - start
     ok = [(r.p50_ms, i) for i, r in enumerate(results) if not r.failed]
     if not ok:

@@ -4,8 +4,10 @@ Every value of the group is an expression of the output index. The domain (the o
 tiled [ROWS, COLS]: COLS walks the innermost dim, ROWS the flattened outer dims. A constant
 innermost extent with cat/pad/slice boundaries inside is computed piece-wise: one program covers
 it in column chunks (`plan_chunks`), each a tile [ROWS, width] whose column index has the chunk's
-bounds, so that the index folding decides every piece's mask over it. `KernelWriter`
-walks from each output back to the loads, turning each prim into index arithmetic (slice: add the
+bounds, so that the index folding decides every piece's mask over it. An outer dim along which
+an input is broadcast can be walked by a loop inside each program (`plan_loop`, `Loop`): the body
+is generated once, and the lines that do not depend on the loop's index run before it.
+`KernelWriter` walks from each output back to the loads, turning each prim into index arithmetic (slice: add the
 start; pad: subtract the low width and mask; cat: select a piece by comparing the index with the
 piece offsets; broadcast: drop the index; permute: reorder it) and collecting:
 
@@ -48,6 +50,7 @@ TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16",
             torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8",
             torch.bool: "tl.int1"}
 INT32_LIMIT = 2 ** 31
+ARANGES = frozenset({"row_arange", "col_arange", "fcol_arange"})   # what varies within a tile
 COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 # Transcendental ops go through libdevice (`triton_exec.kernel_math`): `tl.exp`, `tl.sin`, ...
@@ -172,8 +175,8 @@ class Namespace:
                 return self.take(f"{prefix}{self.counter}")
 
 
-KERNEL_RESERVED = {"tl", "triton", "ROWS", "COLS", "VEC", "pid", "col_blocks", "rows", "cols",
-                   "in_domain", "float", "int"}
+KERNEL_RESERVED = {"tl", "triton", "ROWS", "COLS", "VEC", "LOOP", "j", "pid", "col_blocks", "rows",
+                   "cols", "in_domain", "float", "int"}
 
 
 @dataclasses.dataclass
@@ -196,6 +199,8 @@ class Lowered:
     tiled: tuple                # the shape the kernel tiles: after the inner-dim merge
     chunks: tuple = ()          # Chunk: column chunks computed one by one (the launch covers
                                 # the columns with one block: COLS >= the extent); () when whole
+    loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
+                                    # per program, the grid's second axis); `rows` excludes it
 
     @property
     def domain(self) -> tuple:
@@ -213,6 +218,14 @@ class Lowered:
     @property
     def max_width(self) -> int:
         return max((a.width for a in self.accesses), default=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopDim:
+    """The dim of the tiled domain that a loop inside each program walks, and its extent."""
+
+    dim: int
+    extent: int
 
 
 def _compute_dtype(dtype):
@@ -325,6 +338,7 @@ class KernelWriter:
         self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
         self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
         self.pairs: Pairs | None = None     # pair tiling (see `Pairs`), or None
+        self.loop: Loop | None = None       # the loop over an outer dim (see `Loop`), or None
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.loads: dict = {}               # (pointer, offset, mask, shape) -> the loaded value
@@ -344,9 +358,10 @@ class KernelWriter:
         return self.render.bind(mask, self.names.fresh("m"), comment)
 
     def tiled_atom(self, atom, full: bool = False):
-        """An atom computed per lane: one with no tile dependency (`0 < i1`) compares the zero
-        tile instead (a scalar in a mask is refused by Triton 3.9's interpreter)."""
-        if atom.a.tiled or atom.b.tiled:
+        """An atom computed per lane: one that no arange reaches (`0 < i1`, or `o1 < 3` on a loop
+        dim's index) compares the zero tile instead (a scalar in a mask is refused by Triton
+        3.9's interpreter)."""
+        if (atom.a.deps | atom.b.deps) & ARANGES:
             return atom
         return index.Less(index.add(self.zero_tile(full), atom.a), atom.b, atom.negated)
 
@@ -1175,6 +1190,36 @@ class Tile:
     points: list                # the output index of each lane: one, or one per pair element
     pairs: Pairs | None = None  # pair tiling
     tiled: tuple = ()           # the sizes the tile walks (pairs: the pairs' count innermost)
+    loop: "Loop | None" = None  # the outer dim a loop inside each program walks, if any
+
+    @property
+    def flat_rows(self):
+        """The row-major index of each lane's outer indices in the domain: `rows` itself, or
+        with a loop over dim L, `rows` with the loop's index put back in: the dims after L
+        (A indices in all) stay where they are, those before L move by (E - 1) * A per step
+        (E: L's extent); the last term folds away when no dim before L is larger than 1."""
+        if self.loop is None:
+            return self.rows
+        after = index.Const(1)
+        for s in self.sizes[self.loop.dim + 1:-1]:
+            after = index.mul(after, s)
+        return index.add(self.rows, index.mul(self.loop.leaf, after),
+                         index.mul(index.mul(index.floordiv(self.rows, after),
+                                             self.loop.extent - 1), after))
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """An outer dim of the domain walked by a loop inside each program (`for j in
+    tl.static_range(LOOP)`): each program covers a block of LOOP consecutive indices of it, and
+    ROWS walks the other outer dims. Code that does not depend on the loop's index (loads of
+    inputs broadcast along that dim, their conversions, per-row index math) runs once per
+    program, before the loop."""
+
+    dim: int                    # in the tiled domain
+    extent: int                 # a constant >= 2
+    leaf: index.Leaf            # the dim's index inside the loop (`o1 = o1_start + j`)
+    start: str                  # the kernel name of the block's first index
 
 
 def analyze(eqns, outputs, inputs, values) -> Group:
@@ -1221,10 +1266,12 @@ def _pair_tiling(group: Group, enabled: bool) -> str | None:
     return None
 
 
-def plan_tile(group: Group, w: "KernelWriter") -> Tile:
+def plan_tile(group: Group, w: "KernelWriter", loop_dim: int | None = None) -> Tile:
     """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
     tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
-    other), the domain mask and the outer indices."""
+    other), the domain mask and the outer indices. With `loop_dim` (an outer dim of constant
+    extent), that dim is walked by a loop inside each program (see `Loop`) and `rows` by the
+    other outer dims."""
     domain = group.domain
     pairing = _pair_tiling(group, w.vectorize)
     inner = len(domain) - (2 if pairing == "trailing" else 1)
@@ -1237,31 +1284,41 @@ def plan_tile(group: Group, w: "KernelWriter") -> Tile:
         full_extent = sizes[-1]
         sizes = sizes[:-1] + [index.floordiv(full_extent, 2)]
         tiled[-1] //= 2
+    row_dims = [d for d in range(len(sizes) - 1) if d != loop_dim]
     rows_extent = index.Const(1)
-    for s in sizes[:-1]:
-        rows_extent = index.mul(rows_extent, s)
+    for d in row_dims:
+        rows_extent = index.mul(rows_extent, sizes[d])
     cols_extent = sizes[-1]
     rows = index.Leaf("rows", frozenset({"pid", "row_arange"}), 32 if group.narrow else 64, 1,
                       0, rows_extent.value if isinstance(rows_extent, index.Const) else None)
     cols = index.Leaf("cols", frozenset({"pid", "col_arange"}), 64 if group.wide_cols else 32,
                       1, 0, cols_extent.value if isinstance(cols_extent, index.Const)
                       else INT32_LIMIT // 2)
-    outer, inner = [], index.Const(1)
-    for d in range(len(sizes) - 2, -1, -1):
-        outer.insert(0, index.mod(index.floordiv(rows, inner), sizes[d]) if d
-                     else index.floordiv(rows, inner))
+    outer, inner = [None] * (len(sizes) - 1), index.Const(1)
+    for k in range(len(row_dims) - 1, -1, -1):
+        d = row_dims[k]
+        outer[d] = (index.mod(index.floordiv(rows, inner), sizes[d]) if k
+                    else index.floordiv(rows, inner))
         inner = index.mul(inner, sizes[d])
+    loop = None
+    if loop_dim is not None:
+        extent = sizes[loop_dim].value
+        name = w.names.take(f"o{loop_dim}")
+        leaf = index.Leaf(name, frozenset({"pid", "loop"}), 32 if group.narrow else 64, 1, 0,
+                          extent)
+        loop = Loop(loop_dim, extent, leaf, w.names.take(f"{name}_start"))
+        outer[loop_dim] = leaf
     in_domain = index.Mask((index.Less(rows, rows_extent), index.Less(cols, cols_extent)))
     if pairing is None:
         return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer,
-                    [outer + [cols]], tiled=tuple(domain))
+                    [outer + [cols]], tiled=tuple(domain), loop=loop)
     full_cols = index.Leaf("full_cols", frozenset({"pid", "fcol_arange"}), cols.bits, 1, 0,
                            cols.hi and 2 * cols.hi)
     pairs = Pairs(pairing == "trailing", cols_extent, full_cols, full_extent)
     points = ([outer + [cols, index.Const(j)] for j in (0, 1)] if pairs.trailing
               else [outer + [index.add(index.mul(cols, 2), j)] for j in (0, 1)])
     return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer, points, pairs,
-                tuple(tiled))
+                tuple(tiled), loop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1350,6 +1407,40 @@ def plan_columns(group: Group, vectorize_enabled: bool) -> list | None:
     return finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
 
 
+LOOP_MAX_EXTENT = 65535         # the grid's second axis: one program per block at most
+
+
+def plan_loop(group: Group, vectorize_enabled: bool, chunks=None) -> int | None:
+    """The outer dim of the domain to walk by a loop inside each program (see `Loop`), or None:
+    among the outer dims of constant extent >= 2 along which the group broadcasts an input, and
+    whose other outer dims leave rows enough for a tile that gives each thread of a warp a full
+    vector (of the narrowest column chunk), the one whose loop reads the most inputs once per
+    program, before it (found by building the kernel with each in a scratch writer); None when
+    no loop reads any load once."""
+    if not any(e.prim is prims.broadcast_in_dim for e in group.eqns):
+        return None
+    outer = len(group.domain) - (2 if _pair_tiling(group, vectorize_enabled) == "trailing"
+                                 else 1)
+    hints = [vectorize.hint_of(s) for s in group.domain]
+    columns = (min(c.width for c in chunks) if chunks
+               else min(hints[outer], PIECEWISE_MAX_COLS))
+    rows_needed = -(-32 * group.max_vector // max(columns, 1))
+    best, most = None, 0
+    for d, s in enumerate(group.domain[:outer]):
+        if not (_known(s) and 2 <= s <= LOOP_MAX_EXTENT) or (
+                math.prod(hints[:outer]) // s < rows_needed):
+            continue
+        w = kernel_writer(group, vectorize_enabled)
+        tile = plan_tile(group, w, d)
+        stores = build(group, tile, w, chunks)
+        lines = _live(w.lines + stores)
+        once = sum("tl.load(" in line for line in _loop_body(lines, tile.loop)
+                   if not line.startswith("    "))
+        if once > most:
+            best, most = d, once
+    return best
+
+
 def kernel_writer(group: Group, vectorize_enabled: bool) -> "KernelWriter":
     """The writer that builds `group`'s kernel: its values, defining equations, guards and merge."""
     w = KernelWriter(group.values, {id(o): e for e in group.eqns for o in e.outs},
@@ -1367,19 +1458,25 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
     accesses, parameters and guards collect in `w`. With `share`, an unmasked chunk's columns
     are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
     chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
-    w.rows, w.cols, w.pairs = tile.rows, tile.cols, tile.pairs
+    w.rows, w.cols, w.pairs, w.loop = tile.rows, tile.cols, tile.pairs, tile.loop
     w.column_leaves.append(tile.cols)
     body = w.lines
-    pairs = tile.pairs
+    pairs, loop = tile.pairs, tile.loop
+    rows_walk = ("ROWS walks the other outer dims" if loop is None or len(tile.sizes) > 2
+                 else "no other outer dim: one row")
     if pairs is None:
         body.append(f"# Tile [ROWS, COLS] of the output domain "
                     f"[{', '.join(w.describe(s) for s in tile.sizes)}]; COLS walks the innermost "
                     f"dim" + (" (whole, in column chunks: over each every cat/pad/slice boundary "
-                              "is decided)" if chunks else ""))
+                              "is decided)" if chunks else "")
+                    + (f"; dim {loop.dim} is walked by a loop in each program, {rows_walk}"
+                       if loop else ""))
     else:
         body.append(f"# Tile [ROWS, COLS] of the pairs of the output domain "
                     f"[{', '.join(w.describe(s) for s in tile.sizes)}{', 2' * pairs.trailing}]: "
-                    f"COLS walks pairs of the innermost dim, each lane computes both elements")
+                    f"COLS walks pairs of the innermost dim, each lane computes both elements"
+                    + (f"; dim {loop.dim} is walked by a loop in each program, {rows_walk}"
+                       if loop else ""))
     body.append("pid = tl.program_id(0)")
     if chunks:
         body.append("rows = pid" + ("" if group.narrow else ".to(tl.int64)")
@@ -1398,7 +1495,14 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
                         + " * (2 * COLS) + tl.max_contiguous(tl.arange(0, 2 * COLS), VEC)"
                           "[None, :]")
         _bind_domain(w, tile.in_domain, "in_domain", {tile.rows: "ROWS", tile.cols: "COLS"})
-    if tile.outer:
+    if loop is not None:
+        body.append(f"# Dim {loop.dim} in blocks of LOOP indices, one block per program along the "
+                    f"grid's second axis (the last block ends at the extent: it overlaps the one "
+                    f"before where LOOP does not divide {loop.extent}); {loop.leaf.name}: the "
+                    f"loop's index")
+        body.append(f"{loop.start} = tl.minimum(tl.program_id(1) * LOOP, {loop.extent} - LOOP)")
+        body.append(_loop_index(loop))
+    if any(o.tiled and not isinstance(o, index.Leaf) for o in tile.outer):
         body.append("# Outer indices of the output, from the row index")
         for d in range(len(tile.outer) - 1, -1, -1):
             o = tile.outer[d]
@@ -1487,7 +1591,7 @@ def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
         w.itemsizes.append(out.dtype.itemsize)
         ptr = w.output_pointer(k)
-        offset = w.tile_shaped(index.add(index.mul(tile.rows, extent), store_cols),
+        offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent), store_cols),
                                pairs is not None)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}" + (f", mask={mask}" if mask else "")
@@ -1498,10 +1602,13 @@ def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:
 def render_kernel(name: str, w: "KernelWriter", stores: list) -> str:
     """Step 4: the @triton.jit function's source."""
     signature = ", ".join([p.name for p in w.params]
-                          + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"])
+                          + ["ROWS: tl.constexpr", "COLS: tl.constexpr", "VEC: tl.constexpr"]
+                          + (["LOOP: tl.constexpr"] if w.loop else []))
     prelude = ["# Runtime sizes and strides arrive divided by their guarded power-of-two "
                "divisor; h*: values the launcher computes"] + w.prelude if w.prelude else []
     body = _live(prelude + w.lines + (["# Stores"] + stores if stores else []))
+    if w.loop is not None:
+        body = _loop_body(body, w.loop)
     pointers = [p.name for p in w.params if p.kind == "pointer"]
     decorator = "@triton.jit" if w.vectorize else (
         "# The vectorization analysis is off: pointer alignment stays unknown to Triton\n"
@@ -1511,6 +1618,45 @@ def render_kernel(name: str, w: "KernelWriter", stores: list) -> str:
 
 
 _ASSIGNED = re.compile(r"^(\w+) = ")
+_TARGETS = re.compile(r"^(\w+(?:, \w+)*) = ")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _loop_index(loop: Loop) -> str:
+    """The line that sets the loop dim's index, the first of the loop's body."""
+    return f"{loop.leaf.name} = {loop.start} + j"
+
+
+def _loop_body(lines: list, loop: Loop) -> list:
+    """The body generated once, split around the loop over `loop`'s dim: each line that reads
+    the loop's index, or a name assigned inside the loop, goes inside it (indented, in order);
+    every other line runs once, before it. A full-line comment heads the lines after it, on the
+    side or sides where they land."""
+    before, inside = [], []
+    dependent = {"j"}
+    header, headed = None, {id(before): None, id(inside): None}
+    for line in lines:
+        if line == _loop_index(loop):
+            inside.append(line)
+            dependent.add(loop.leaf.name)
+            continue
+        code = line.split("#", 1)[0]
+        if not code.strip():
+            header = line
+            continue
+        targets = _TARGETS.match(code)
+        read = set(_NAME.findall(code[targets.end():] if targets else code))
+        side = inside if read & dependent else before
+        if side is inside and targets:
+            dependent |= set(targets[1].split(", "))
+        if header is not None and headed[id(side)] != header:
+            side.append(header)
+            headed[id(side)] = header
+        side.append(line)
+    return before + [f"# The loop over the LOOP indices of dim {loop.dim} in this program's "
+                     f"block: the lines above depend on none of them (values of inputs broadcast "
+                     f"along dim {loop.dim} are read once per program)",
+                     "for j in tl.static_range(LOOP):"] + ["    " + line for line in inside]
 
 
 def _live(lines: list) -> list:
@@ -1532,8 +1678,9 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     # pair tiling computes whole tiles; column chunks are for the other groups
     chunks = (None if _pair_tiling(group, vectorize_enabled)
               else plan_columns(group, vectorize_enabled))
+    loop_dim = plan_loop(group, vectorize_enabled, chunks)
     w = kernel_writer(group, vectorize_enabled)
-    tile = plan_tile(group, w)
+    tile = plan_tile(group, w, loop_dim)
     stores = build(group, tile, w, chunks)
     source = render_kernel(name, w, stores)
     size_vars = []
@@ -1545,4 +1692,5 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
-                   tile.tiled, tuple(chunks or ()))
+                   tile.tiled, tuple(chunks or ()),
+                   None if tile.loop is None else LoopDim(tile.loop.dim, tile.loop.extent))

@@ -18,7 +18,6 @@ import re
 import subprocess
 import tempfile
 
-from triton_exec import index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,10 +161,9 @@ def ideal_bytes(record) -> tuple[int, int]:
 def programs(record, config=None) -> int:
     """The grid size of the record's call under `config` (its own by default)."""
     from ir.proxies import hint
-    config = config or record.config
-    rows, cols = (index.evaluate(e, lambda leaf: hint(leaf.source))
-                  for e in (record.lowered.rows, record.lowered.cols))
-    return max(1, -(-rows // config.rows) * -(-cols // config.cols))
+    from triton_exec.launch import grid
+    return max(1, math.prod(grid(record.lowered, config or record.config,
+                                 lambda leaf: hint(leaf.source))))
 
 
 def record_cost(record, arch: int = 90, config=None) -> StaticCost:

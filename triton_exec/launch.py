@@ -73,9 +73,32 @@ class LaunchConfig:
     cols: int           # COLS: innermost indices per program
     num_warps: int
     vec: int            # VEC: elements per access at most (the analysis' maximum, or fewer)
+    loop: int | None = None     # LOOP: indices of the loop dim per program (None: no loop)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        found = dataclasses.asdict(self)
+        if self.loop is None:
+            del found["loop"]
+        return found
+
+    def constexprs(self) -> dict:
+        """The kernel's constexpr arguments, by name."""
+        return {"ROWS": self.rows, "COLS": self.cols, "VEC": self.vec,
+                **({} if self.loop is None else {"LOOP": self.loop})}
+
+
+def grid(lowered: Lowered, config: LaunchConfig, value_of) -> tuple:
+    """The launch grid: one program per [ROWS, COLS] tile, and with a loop, one per block of
+    LOOP indices of the loop dim along the second axis. `value_of(leaf)`: a runtime integer's
+    value."""
+    rows, cols = (index.evaluate(e, value_of) for e in (lowered.rows, lowered.cols))
+    tiles = -(-rows // config.rows) * -(-cols // config.cols)
+    if lowered.loop is None:
+        return (tiles,)
+    return (tiles, -(-lowered.loop.extent // config.loop))
+
+
+LOOP_BLOCK = 4          # indices of the loop dim per program, by default (at most its extent)
 
 
 def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
@@ -84,6 +107,10 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
     widest access."""
     width = lowered.max_width
+    if lowered.loop is not None:
+        return dataclasses.replace(
+            heuristic_config(dataclasses.replace(lowered, loop=None), rows_hint, cols_hint, tile),
+            loop=min(LOOP_BLOCK, lowered.loop.extent))
     if lowered.chunks:
         return _chunked_config(lowered, rows_hint, cols_hint, width)
     cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
@@ -157,16 +184,18 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
     for k, out in enumerate(lowered.outputs):
         outs[k] = names.take(f"out{k}")
         lines.append(f"    {outs[k]} = EMPTY({shape}, {stride}, {out.dtype})")
+    constexprs = config.constexprs()
     launch_args = ", ".join([p.source(name_of) for p in lowered.params]
-                            + [str(config.rows), str(config.cols), str(config.vec)])
+                            + [str(v) for v in constexprs.values()])
     rows, cols = (index.render_host(e, lambda leaf: name_of(leaf.source), top=True)
                   for e in (lowered.rows, lowered.cols))
-    grid = (f"(({rows}) + {config.rows - 1}) // {config.rows} * "
-            f"((({cols}) + {config.cols - 1}) // {config.cols})")
+    tiles = (f"(({rows}) + {config.rows - 1}) // {config.rows} * "
+             f"((({cols}) + {config.cols - 1}) // {config.cols})")
     if constant:
-        grid = str(eval(grid))
-    call = (f"LAUNCH(({grid},), ({launch_args}))  "
-            f"# ..., ROWS={config.rows}, COLS={config.cols}, VEC={config.vec}; "
+        tiles = str(eval(tiles))
+    blocks = "" if lowered.loop is None else f" {-(-lowered.loop.extent // config.loop)}"
+    call = (f"LAUNCH(({tiles},{blocks}), ({launch_args}))  "
+            f"# ..., {', '.join(f'{k}={v}' for k, v in constexprs.items())}; "
             f"num_warps={config.num_warps}")
     if any(not isinstance(s, IntProxy) and s == 0 for s in lowered.allocated):
         lines.append("    # the output is empty: nothing to launch")
@@ -235,11 +264,12 @@ class DirectLaunch(PlainLaunch):
         stream = self.stream()
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if _listening(enter) or _listening(leave):     # a profiler: what Triton's launch passes
-            compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
-                         compiled.launch_metadata(grid, stream, *args), enter, leave, *args)
+            compiled.run(*grid, *(1,) * (3 - len(grid)), stream, compiled.function,
+                         compiled.packed_metadata, compiled.launch_metadata(grid, stream, *args),
+                         enter, leave, *args)
         else:
-            compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
-                         None, None, None, *args)
+            compiled.run(*grid, *(1,) * (3 - len(grid)), stream, compiled.function,
+                         compiled.packed_metadata, None, None, None, *args)
 
 
 def _listening(hook) -> bool:
@@ -342,7 +372,7 @@ def launch_specialization(lowered: Lowered, example_args: dict, config: LaunchCo
             signature[p.name] = "i64" if abs(value) >= 2 ** 31 else "i32"
             if value % 16 == 0:
                 divisible.append(p.name)
-    for k, v in (("ROWS", config.rows), ("COLS", config.cols), ("VEC", config.vec)):
+    for k, v in config.constexprs().items():
         signature[k] = "constexpr"
         constexprs[k] = v
     return signature, constexprs, divisible
