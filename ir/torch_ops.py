@@ -107,14 +107,16 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, IntProxy)
 
 
-def operand_scalar(value, dtype, comparison: bool):
+def operand_scalar(value, dtype, *, rounded: bool, comparison: bool = False):
     """A Python number operand of an elementwise op computing in `dtype`, as eager sees it: an
     int wraps to an integer dtype's range (`uint8 + (-1)` adds 255, `int8 > 128` compares with
-    -128), and a comparison in fp16/bf16 compares with the number rounded to that dtype (through
-    fp32, as eager converts it). Arithmetic in fp16/bf16 uses the number unrounded, as eager's
-    fp32 computation does. A runtime float (symbolic mode) stays one where the kernel computes
-    in fp32 (float32 comparisons, float arithmetic); elsewhere it is specialized."""
-    if isinstance(value, FloatProxy):   # a runtime float: kept where the kernel computes in fp32
+    -128). With `rounded` (a binary op or a comparison: eager's TensorIterator converts the
+    number to the op's dtype first), an fp16/bf16 op uses the number rounded to that dtype
+    (through fp32, as eager converts it: `bf16 + 1/3` adds 0.333984375); a clamp bound is used
+    unrounded, in fp32, as eager's clamp does. A runtime float (symbolic mode) stays one where
+    the kernel computes with it (it rounds one of an fp16/bf16 op itself), and is specialized
+    for an fp16/bf16 comparison."""
+    if isinstance(value, FloatProxy):   # a runtime float: kept where the kernel computes with it
         if dtype == torch.float32 or (dtype.is_floating_point and not comparison):
             return value
         value = specialize(value)       # eager rounds it to the dtype: a constant
@@ -122,8 +124,10 @@ def operand_scalar(value, dtype, comparison: bool):
         return value
     if not dtype.is_floating_point and isinstance(value, int):
         return torch.tensor(value, dtype=torch.int64).to(dtype).item()
-    if comparison and dtype in _NARROW_FLOATS:
+    if rounded and dtype in _NARROW_FLOATS:
         return torch.tensor(float(value), dtype=torch.float32).to(dtype).item()
+    if isinstance(value, float) and dtype in (torch.float32, *_NARROW_FLOATS):
+        return torch.tensor(value, dtype=torch.float32).item()  # eager computes with its fp32
     return value
 
 
@@ -150,15 +154,26 @@ def _one(dtype):
 
 # ---- elementwise ---------------------------------------------------------------------------
 
-def elementwise(prim_name, torch_fn, *args, compute_dtype=None):
-    """Type-promotes, broadcasts and records one elementwise prim."""
+def rounds_number(prim_name, device) -> bool:
+    """Whether eager converts a Python number operand of a binary op to the op's dtype first:
+    TensorIterator converts it for every binary op and comparison, except that eager's CPU
+    kernels of mul and div read the number as given (`original_scalar_value`: in fp32 for an
+    fp16/bf16 op)."""
+    return not (device.type == "cpu" and prim_name in ("mul", "div"))
+
+
+def elementwise(prim_name, torch_fn, *args, compute_dtype=None, number_as_given=False):
+    """Type-promotes, broadcasts and records one elementwise prim (`number_as_given`: a Python
+    number operand is eager's fp32 value already, see `rounds_number`)."""
     out_dtype = meta_dtype(torch_fn, *args)
     if compute_dtype is None:
         compute_dtype = out_dtype
-    shape = broadcast_shape(*[a.shape for a in args if isinstance(a, TensorProxy)])
-    comparison = prim_name in prims.COMPARE
+    tensors = [a for a in args if isinstance(a, TensorProxy)]
+    shape = broadcast_shape(*[a.shape for a in tensors])
+    rounded = not number_as_given and rounds_number(prim_name, tensors[0].device)
     args = [convert(expand_to(a, shape), compute_dtype) if isinstance(a, TensorProxy)
-            else operand_scalar(a, compute_dtype, comparison) for a in args]
+            else operand_scalar(a, compute_dtype, rounded=rounded,
+                                comparison=prim_name in prims.COMPARE) for a in args]
     return bind(prims.PRIMS[prim_name], *args)
 
 
@@ -180,6 +195,8 @@ def _binary(name, fn, dunder=None, rdunder=None, swap_scalar=False):
 
     def reverse(a, b):
         return elementwise(name, fn, b, a)
+    if name == "div":
+        forward, reverse = div, _reverse_div
     register(fn, getattr(torch.Tensor, name, fn), methods=(name,) + ((dunder,) if dunder else ()))(
         forward)
     if dunder:
@@ -191,7 +208,6 @@ def _binary(name, fn, dunder=None, rdunder=None, swap_scalar=False):
 _binary("add", torch.add, "__add__", "__radd__")
 _binary("sub", torch.sub, "__sub__", "__rsub__")
 _binary("mul", torch.mul, "__mul__", "__rmul__")
-_binary("div", torch.div, "__truediv__", "__rtruediv__")
 
 
 @register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, methods=("pow", "__pow__"))
@@ -248,7 +264,23 @@ def mul(input, other):
 def div(input, other, *, rounding_mode=None):
     if rounding_mode is not None:
         return opaque(torch.div, (input, other), {"rounding_mode": rounding_mode})
+    if (isinstance(input, TensorProxy) and input.device.type == "cuda"
+            and input.dtype.is_floating_point and isinstance(other, (int, float, FloatProxy))
+            and not isinstance(other, (bool, IntProxy))):
+        # eager's CUDA kernel divides by a number as a product with its reciprocal, in fp32
+        number = torch.tensor(float(specialize(other) if isinstance(other, FloatProxy)
+                                    else other), dtype=torch.float32).to(input.dtype)
+        reciprocal = (1 / number.to(torch.float32)).item()
+        return elementwise("mul", torch.div, input, reciprocal, number_as_given=True)
     return elementwise("div", torch.div, input, other)
+
+
+def _reverse_div(input, other):
+    """`number / x`, which eager computes as `x.reciprocal() * number`."""
+    return mul(elementwise("div", torch.div, 1, input), other)
+
+
+_binary("div", torch.div, "__truediv__", "__rtruediv__")
 
 
 @register(torch.maximum, torch.Tensor.maximum, methods=("maximum",))
@@ -266,7 +298,7 @@ def _scalar_bound(prim_name, x, bound, dtype):
         return x
     if isinstance(bound, TensorProxy):
         return bind(prims.PRIMS[prim_name], x, convert(expand_to(bound, x.shape), dtype))
-    return bind(prims.PRIMS[prim_name], x, operand_scalar(bound, dtype, comparison=False))
+    return bind(prims.PRIMS[prim_name], x, operand_scalar(bound, dtype, rounded=False))
 
 
 @register(torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip, methods=("clamp", "clip"))

@@ -81,7 +81,7 @@ def test_activations_and_their_gradients_over_the_whole_domain(op, values, where
     note(f"{op} {dtype} {executor} {mode}: x={x.tolist()} g={g.tolist()}")
     fn = ACTIVATIONS[op]
     y, gx = value_and_grad(jit(fn, executor, mode), x, g)
-    # a fused bf16 op is computed in fp32 and rounded once: compared with eager's fp32 result
+    # a fused bf16 activation is computed in fp32 and rounded once: compared with eager's fp32 result
     # rounded (eager's CPU bf16 erf is not that: erf(-8.3e-7) is -7.7e-7 there, and its
     # gradient rounds x * x first); the torch executor runs eager's bf16 ops
     ref = torch.float32 if executor == "triton" else dtype

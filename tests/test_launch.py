@@ -8,6 +8,7 @@ from triton.backends.compiler import BaseBackend
 
 import ir
 from triton_exec import launch
+from triton_exec.codegen import KERNEL_OPTIONS
 
 
 class FakeCompiled:
@@ -26,13 +27,15 @@ class FakeCompiled:
 
 
 class FakeKernel:
-    """Records plain launches `kernel[grid](*args, num_warps=...)` and returns a compiled kernel."""
+    """Records plain launches `kernel[grid](*args, num_warps=...)` and returns a compiled kernel;
+    every launch passes the generated kernels' compile options."""
 
     def __init__(self, compiled_type=FakeCompiled):
         self.log, self.compiled_type = [], compiled_type
 
     def __getitem__(self, grid):
-        def run(*args, num_warps):
+        def run(*args, num_warps, **options):
+            assert options == KERNEL_OPTIONS == {"enable_fp_fusion": False}
             self.log.append(("plain", grid, args, num_warps))
             return self.compiled_type(self.log)
         return run

@@ -37,6 +37,7 @@ import torch
 import triton
 
 from ir.proxies import hint
+from triton_exec.codegen import KERNEL_OPTIONS
 from triton_exec.launch import LaunchConfig, grid as launch_grid, heuristic_config
 from triton_exec.report_format import ConfigResult
 from triton_exec.tuning_cache import TuningCache, default_tuning_cache_path
@@ -261,7 +262,8 @@ def benchmark(lowered, kernel, configs, example_args: dict, device,
         grid = launch_grid(lowered, config, lambda leaf: hint(leaf.source))
 
         def run(config=config, grid=grid):
-            kernel[grid](*args, **config.constexprs(), num_warps=config.num_warps)
+            kernel[grid](*args, **config.constexprs(), num_warps=config.num_warps,
+                         **KERNEL_OPTIONS)
 
         public = _public(config)
         try:

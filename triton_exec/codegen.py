@@ -72,7 +72,7 @@ POW_SRC = {2: "{0} * {0}", 3: "{0} * {0} * {0}", -2: "tl.div_rn(1.0, {0} * {0})"
 # Float neg is `x * -1.0` (Triton's -x is 0 - x, which gives +0.0 for x = +0.0).
 # maximum/minimum as eager computes them: NaN wins, and of two equal values (+0.0 and -0.0)
 # the first operand is the result.
-BINARY_SRC = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+BINARY_SRC = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "tl.div_rn({0}, {1})",
               "maximum": "tl.where(({0} < {1}){nan}, {1}, {0})",
               "minimum": "tl.where(({1} < {0}){nan}, {1}, {0})",
               "gt": "{0} > {1}", "lt": "{0} < {1}", "ge": "{0} >= {1}", "le": "{0} <= {1}",
@@ -175,8 +175,11 @@ class Namespace:
                 return self.take(f"{prefix}{self.counter}")
 
 
-KERNEL_RESERVED = {"tl", "triton", "ROWS", "COLS", "VEC", "LOOP", "j", "pid", "col_blocks", "rows",
-                   "cols", "in_domain", "float", "int"}
+KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "ROWS", "COLS", "VEC", "LOOP", "j",
+                   "pid", "col_blocks", "rows", "cols", "in_domain", "float", "int"}
+# How generated kernels are compiled: no `a * b + c` contracted into one fma (eager rounds the
+# product), so fp32 chains and fp16/bf16 ops round as eager's (`triton_exec.narrow_math`).
+KERNEL_OPTIONS = {"enable_fp_fusion": False}
 
 
 @dataclasses.dataclass
@@ -335,7 +338,7 @@ class KernelWriter:
         self.rows = self.cols = None
         self.zeros: dict = {}               # tile shape -> its int32 zero tile
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
-        self.loaded: dict = {}              # fp32 name of a narrow load -> (its name, dtype)
+        self.narrow_tiles: dict = {}        # fp32 name of an fp16/bf16 value -> its NarrowTile
         self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
         self.pairs: Pairs | None = None     # pair tiling (see `Pairs`), or None
         self.loop: Loop | None = None       # the loop over an outer dim (see `Loop`), or None
@@ -637,9 +640,7 @@ class KernelWriter:
                               f"mask={self.mask_name(mask, full=full)}, other=0)",
                          f"{t.name}: {what}, {width} per access")
         if t.dtype in COMPUTE_DTYPE:
-            wide = self.let("v", f"{value}.to(tl.float32)")
-            self.loaded[wide] = (value, t.dtype)
-            value = wide
+            value = _held(self, value, t.dtype)
         self.loads[key] = value
         return value
 
@@ -731,44 +732,103 @@ def _data_ptr(example) -> int:
 
 # ---- per-prim lowering rules: (writer, eqn, idx, mask, path) -> value name --------------------
 
-def round_to(w, src: str, dtype) -> str:
-    """The fp32 tile `src` rounded to nearest even in the narrow float `dtype`, held in fp32: where
-    eager's rounding decides a result outright (comparisons, casts), the value must be the one
-    eager holds. bf16 rounds on the bits (Triton's interpreter truncates `.to(tl.bfloat16)`)."""
-    if dtype == torch.float16:
-        return w.let("v", f"{src}.to(tl.float16).to(tl.float32)", "rounded to fp16")
-    if dtype != torch.bfloat16:
-        return src
-    bits = w.let("b", f"{src}.to(tl.uint32, bitcast=True)")
-    rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)"
-    return w.let("v", f"tl.where({src} != {src}, {src}, {rounded})", "rounded to bf16")
+@dataclasses.dataclass(frozen=True)
+class NarrowTile:
+    """A value of an fp16/bf16 tensor as a tile of that dtype: `name`, or minus it (`negated`:
+    a negation is folded into the ops that use it, as `a - b` for `a + (-b)`). Every such value
+    the kernel computes is held rounded to its dtype, as eager holds it; its fp32 tile, which
+    the other ops use, is the same number."""
+
+    name: str
+    dtype: torch.dtype
+    negated: bool = False
 
 
-_MOVES = frozenset({"slice", "pad", "cat", "broadcast_in_dim", "permute", "reshape", "copy"})
+def _held(w, narrow: str, dtype, negated: bool = False) -> str:
+    """The fp32 tile of the narrow tile `narrow` (exact), recorded as held in `dtype`."""
+    wide = w.let("v", f"{narrow}.to(tl.float32)" + (" * -1.0" if negated else ""))
+    w.narrow_tiles[wide] = NarrowTile(narrow, dtype, negated)
+    return wide
 
 
-def _held_in_dtype(w, a) -> bool:
-    """Whether the kernel holds only values of a's dtype for a: a load, a cast (rounded), or data
-    movement of such values (pad values are converted while tracing)."""
-    producer = w.producers.get(id(a))
-    if producer is None or producer.prim.name == "convert_element_type":
-        return True
-    return producer.prim.name in _MOVES and all(
-        _held_in_dtype(w, t) for t in producer.input_vars() if isinstance(t, TensorProxy))
+def _rounded(w, src: str, dtype) -> str:
+    """The fp32 tile `src` rounded to nearest even in the narrow float `dtype`, as eager rounds
+    every fp16/bf16 result (an fp32 tile of the rounded values; `narrow.round`: Triton's
+    interpreter truncates `.to(tl.bfloat16)`)."""
+    narrow = w.let("v", f"narrow.round({src}, {TL_DTYPE[dtype]})",
+                   f"rounded to {str(dtype).removeprefix('torch.')}")
+    return _held(w, narrow, dtype)
 
 
-def _operand(w, a, idx, mask, path, exact: bool) -> str:
-    """Kernel source of an operand; with `exact`, a narrow float tensor computed in fp32 is
-    rounded to its dtype (a loaded or moved value is one already)."""
-    src = w.value(a, idx, mask, path)
-    if not (exact and isinstance(a, TensorProxy) and a.dtype in COMPUTE_DTYPE):
-        return src
-    return src if _held_in_dtype(w, a) else round_to(w, src, a.dtype)
+def _narrow_operand(w, wide: str, dtype) -> NarrowTile:
+    """The narrow tile of a value held in `dtype` (rounding its fp32 tile, exactly, where the
+    kernel has none)."""
+    tile = w.narrow_tiles.get(wide)
+    if tile is None or tile.dtype != dtype:
+        tile = NarrowTile(w.let("v", f"narrow.round({wide}, {TL_DTYPE[dtype]})"), dtype)
+        w.narrow_tiles[wide] = tile
+    return tile
+
+
+def _representable(x, dtype) -> bool:
+    """Whether a Python number is exactly a value of the float `dtype` (NaN and infinities are)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return math.isnan(x) or torch.tensor(float(x), dtype=torch.float64).to(dtype).item() == x
+
+
+# Ops computed on fp16/bf16 tiles directly: the GPU's instruction rounds as eager does
+NATIVE_NARROW = frozenset({"add", "sub", "mul"})
+# Ops whose number operands eager converts to the op's dtype first (a clamp bound it does not)
+ROUNDED_NUMBERS = frozenset({"add", "sub", "mul", "div"})
+# Ops whose fp32 result is already a value of the operands' dtype: no rounding to do
+EXACT_ON_HELD = frozenset({"neg", "abs", "maximum", "minimum"})
+
+
+def _native(w, name: str, a: NarrowTile, b: NarrowTile, dtype) -> str:
+    """a <name> b on narrow tiles, negations folded: -a * b is -(a * b) and a + -b is a - b
+    (exact identities: round to nearest is symmetric). Where folding would need -(a + b), whose
+    zero has the other sign when a == -b, the negated operand is materialized instead."""
+    if name == "mul":
+        return _held(w, w.let("v", f"narrow.mul({a.name}, {b.name})"), dtype,
+                     a.negated != b.negated)
+    if name == "sub":
+        b = dataclasses.replace(b, negated=not b.negated)
+    if a.negated and b.negated:             # -a + -b: materialize a
+        a = NarrowTile(w.let("v", f"narrow.round({a.name}.to(tl.float32) * -1.0, "
+                                  f"{TL_DTYPE[dtype]})"), dtype)
+    if a.negated:
+        a, b = b, a
+    op = "sub" if b.negated else "add"
+    return _held(w, w.let("v", f"narrow.{op}({a.name}, {b.name})"), dtype)
 
 
 def _elementwise(w, eqn, idx, mask, path):
+    """An elementwise op; an fp16/bf16 result is rounded to its dtype, as eager rounds it (add,
+    sub and mul of two such tensors computed on narrow tiles, see `narrow_math`)."""
+    name, dtype = eqn.prim.name, eqn.out.dtype
+    args = [w.value(a, idx, mask, path) for a in eqn.args]
+    narrow = dtype in COMPUTE_DTYPE
+    if narrow and name in ROUNDED_NUMBERS:  # a runtime float, converted to the dtype as eager does
+        args = [_rounded(w, s, dtype) if isinstance(a, FloatProxy) else s
+                for a, s in zip(eqn.args, args)]
+    held = [isinstance(a, TensorProxy) and a.dtype == dtype or _representable(a, dtype)
+            for a in eqn.args]
+    if narrow and name in NATIVE_NARROW and all(isinstance(a, TensorProxy) for a in eqn.args) \
+            and all(held):
+        return _native(w, name, *(_narrow_operand(w, a, dtype) for a in args), dtype)
+    result = _fp32_elementwise(w, eqn, args)
+    if not narrow or (name in EXACT_ON_HELD and all(held)):
+        if narrow and name == "neg" and args[0] in w.narrow_tiles:      # fold the sign into users
+            tile = w.narrow_tiles[args[0]]
+            w.narrow_tiles[result] = dataclasses.replace(tile, negated=not tile.negated)
+        return result
+    return _rounded(w, result, dtype)
+
+
+def _fp32_elementwise(w, eqn, args) -> str:
+    """The op on fp32 (or integer) tiles."""
     name = eqn.prim.name
-    args = [_operand(w, a, idx, mask, path, exact=name in COMPARE) for a in eqn.args]
     if name == "neg" and eqn.args[0].dtype.is_floating_point:
         return w.let("v", f"{args[0]} * -1.0")
     if name in UNARY_SRC:
@@ -810,14 +870,14 @@ def _pow(w, x: str, e, dtype) -> str:
 def _convert(w, eqn, idx, mask, path):
     """A cast sees its source as eager holds it (rounded to a narrow float dtype) and rounds to
     a narrow float target exactly, so casts to int or bool and later comparisons agree."""
-    src = _operand(w, eqn.args[0], idx, mask, path, exact=True)
+    src = w.value(eqn.args[0], idx, mask, path)
     to = eqn.params["dtype"]
     if to == torch.bool:
         return w.let("v", f"{src} != 0")
     if to in COMPUTE_DTYPE:     # round to the narrow type as eager does, compute in fp32
         if not eqn.args[0].dtype.is_floating_point:     # ints reach bf16/fp16 through fp32
             src = w.let("v", f"{src}.to(tl.float32)")
-        return round_to(w, src, to)
+        return _rounded(w, src, to)
     return w.let("v", f"{src}.to({TL_DTYPE[to]})")
 
 
@@ -1576,9 +1636,10 @@ def _values_and_stores(group, tile, w, cols, in_domain, start: Path) -> list:
         values = [w.value(out, point if out.shape else [], in_domain, start) for point in points]
         if pairs is None:
             val = values[0]
-            raw, dtype = w.loaded.get(val, (None, None))
-            # a load stored as it was read: a plain copy, no fp32 round trip
-            val = raw if dtype == out.dtype else f"{val}.to({TL_DTYPE[out.dtype]})"
+            held = w.narrow_tiles.get(val)
+            # a narrow value stored as the kernel holds it: no fp32 round trip
+            val = (held.name if held is not None and held.dtype == out.dtype and not held.negated
+                   else f"{val}.to({TL_DTYPE[out.dtype]})")
             inner_extent = group.domain[-1]
         else:
             val = w.let("v", f"tl.reshape(tl.join({values[0]}, {values[1]}), [ROWS, 2 * COLS])",

@@ -170,11 +170,12 @@ def record_cost(record, arch: int = 90, config=None) -> StaticCost:
     """The static cost of a kernel record's kernel under `config` (its own by default),
     compiled offline for sm_<arch> as a launch on the call's arguments would specialize it."""
     from triton_exec import launch, offline
+    from triton_exec.codegen import KERNEL_OPTIONS
     config = config or record.config
     signature, constexprs, divisible = launch.launch_specialization(
         record.lowered, record.example_args, config)
     asm = offline.compile_asm(record.kernel, signature, constexprs, divisible, config.num_warps,
-                              arch)
+                              arch, KERNEL_OPTIONS)
     loaded, stored = ideal_bytes(record)
     n = programs(record, config)
     return static_cost(asm, config.num_warps, loaded / n, stored / n, arch)

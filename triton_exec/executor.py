@@ -16,7 +16,7 @@ from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
 from triton_exec import autotune, cost, fusion, launch, offline
-from triton_exec.codegen import Lowered, lower_group
+from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
 
 log = logging.getLogger("triton_exec")
 
@@ -70,7 +70,7 @@ class KernelRecord:
         signature, constexprs, divisible = launch.launch_specialization(
             self.lowered, self.example_args, self.config)
         return offline.compile_asm(self.kernel, signature, constexprs, divisible,
-                                   self.config.num_warps, arch or _arch())[form]
+                                   self.config.num_warps, arch or _arch(), KERNEL_OPTIONS)[form]
 
     def access_widths(self, arch: int | None = None) -> dict:
         """Counts of global loads and stores by width in bytes, read from the PTX."""

@@ -70,6 +70,7 @@ def compile_asm(
     divisible_by_16: Iterable[str],
     num_warps: int,
     arch: int = 90,
+    options: dict | None = None,
 ) -> dict:
     """Compile ``fn`` for CUDA compute capability ``arch``; its assembly by stage ("ptx", "llir":
     the LLVM IR, which carries each instruction's source line, and "cubin" bytes where ptxas ran).
@@ -77,7 +78,8 @@ def compile_asm(
     ``signature`` maps every parameter name to a Triton type ("*bf16", "i32", "constexpr", ...);
     ``constexprs`` gives the values of the constexpr parameters; ``divisible_by_16`` names the
     pointer/integer parameters that get ``tt.divisibility = 16``, as a GPU launch specializes them
-    when the pointer is 16-byte aligned or the integer a multiple of 16.
+    when the pointer is 16-byte aligned or the integer a multiple of 16. ``options``: compile
+    options beside ``num_warps`` (generated kernels pass ``codegen.KERNEL_OPTIONS``).
     """
     jit_fn = _as_jit_function(fn)
     divisible = frozenset(divisible_by_16)
@@ -91,12 +93,13 @@ def compile_asm(
         tuple(sorted(divisible)),
         num_warps,
         arch,
+        tuple(sorted((options or {}).items())),
     )
     if key not in _asm_cache:
         attrs = {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
         source = ASTSource(fn=jit_fn, signature=dict(signature), constexprs=dict(constexprs), attrs=attrs)
         compiled = triton.compile(
-            source, target=GPUTarget("cuda", arch, _CUDA_WARP_SIZE), options={"num_warps": num_warps}
+            source, target=GPUTarget("cuda", arch, _CUDA_WARP_SIZE), options={"num_warps": num_warps, **(options or {})}
         )
         _asm_cache[key] = {stage: compiled.asm[stage] for stage in ("ptx", "llir", "cubin")
                            if stage in compiled.asm}

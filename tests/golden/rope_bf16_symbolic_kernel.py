@@ -30,27 +30,26 @@ def rope_fusion_0_kernel(i3_div8, h1, i2, i1, h3, n_div8, x_ptr, x_stride0_div8,
     p6 = o1.to(tl.int64) * x_stride1
     p7 = o2.to(tl.int64) * x_stride2
     v8 = tl.load(x_ptr + p5 + p6 + p7 + cols, mask=m4, other=0)  # x: slice, 8 per access
-    v9 = v8.to(tl.float32)
     p10 = o2.to(tl.int64) * cos_stride0
     v11 = tl.load(cos_ptr + p10 + cols, mask=m4, other=0)  # cos: plain, 8 per access
-    v12 = v11.to(tl.float32)
-    v13 = v9 * v12
-    m14 = m4 & (cols < i9)  # cat piece 0 of 2
-    v15 = tl.load(x_ptr + p5 + p6 + p7 + cols + i8, mask=m14, other=0)  # x: slice, 4 per access
-    v16 = v15.to(tl.float32)
-    v17 = v16 * -1.0
-    m18 = m4 & (cols >= i9)  # cat piece 1 of 2
-    v19 = tl.load(x_ptr + p5 + p6 + p7 + cols - i9, mask=m18, other=0)  # x: slice, 4 per access
-    v20 = v19.to(tl.float32)
-    v21 = tl.where(cols < i9, v17, v20)
-    p22 = o2.to(tl.int64) * sin_stride0
-    v23 = tl.load(sin_ptr + p22 + cols, mask=m4, other=0)  # sin: plain, 8 per access
-    v24 = v23.to(tl.float32)
-    v25 = v21 * v24
-    v26 = v13 + v25
-    m27 = in_domain & (cols >= n)  # cat piece 1 of 2
-    v28 = tl.load(x_ptr + p5 + p6 + p7 + cols, mask=m27, other=0)  # x: slice, 8 per access
-    v29 = v28.to(tl.float32)
-    v30 = tl.where(cols < n, v26, v29)
+    v13 = narrow.mul(v8, v11)
+    m15 = m4 & (cols < i9)  # cat piece 0 of 2
+    v16 = tl.load(x_ptr + p5 + p6 + p7 + cols + i8, mask=m15, other=0)  # x: slice, 4 per access
+    v17 = v16.to(tl.float32)
+    v18 = v17 * -1.0
+    m19 = m4 & (cols >= i9)  # cat piece 1 of 2
+    v20 = tl.load(x_ptr + p5 + p6 + p7 + cols - i9, mask=m19, other=0)  # x: slice, 4 per access
+    v21 = v20.to(tl.float32)
+    v22 = tl.where(cols < i9, v18, v21)
+    p23 = o2.to(tl.int64) * sin_stride0
+    v24 = tl.load(sin_ptr + p23 + cols, mask=m4, other=0)  # sin: plain, 8 per access
+    v26 = narrow.round(v22, tl.bfloat16)
+    v27 = narrow.mul(v26, v24)
+    v29 = narrow.add(v13, v27)
+    v30 = v29.to(tl.float32)
+    m31 = in_domain & (cols >= n)  # cat piece 1 of 2
+    v32 = tl.load(x_ptr + p5 + p6 + p7 + cols, mask=m31, other=0)  # x: slice, 8 per access
+    v33 = v32.to(tl.float32)
+    v34 = tl.where(cols < n, v30, v33)
     # Stores
-    tl.store(out0_ptr + rows * i3 + cols, v30.to(tl.bfloat16), mask=in_domain)  # t11, 8 per access
+    tl.store(out0_ptr + rows * i3 + cols, v34.to(tl.bfloat16), mask=in_domain)  # t11, 8 per access

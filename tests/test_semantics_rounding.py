@@ -1,0 +1,96 @@
+"""Every fp16/bf16 op rounds its result to its dtype, as eager rounds it: random chains of
+`+ - * /`, negation, `abs`, `sqrt` and casts over fp16, bf16 and fp32
+tensors (same dtype, and mixed, which promotes), with Python numbers (eager converts them to
+the dtype first), broadcast operands and laid-out inputs, are bit-exact with eager (fp16/bf16
+add/sub/mul run on narrow tiles: `triton_exec/narrow_math.py`; the rest in fp32, rounded per
+op; no fma contraction). Values stay in the normal range (eager's CPU and the interpreter round
+bf16 subnormals their own ways, see the README's numerical contract)."""
+import torch
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from semantics import EXAMPLES, assert_bits_equal, grid, jit, laid_out
+
+NARROW = (torch.bfloat16, torch.float16)
+BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+          "/": lambda a, b: a / b}
+UNARY = {"neg": lambda a: -a, "abs": torch.abs, "sqrt(abs)": lambda a: torch.sqrt(torch.abs(a))}
+# Python numbers: exactly representable in fp16/bf16, and not (eager converts them to the dtype)
+NUMBERS = (2.0, -1.0, 0.5, 3.0, 0.1, -1.7, 1 / 3, 7)
+
+
+def values(draw, n: int) -> torch.Tensor:
+    """n values of moderate magnitude (products and quotients of a short chain stay normal),
+    with signed zeros, ties of bf16 rounding and infinities/NaN now and then."""
+    special = st.sampled_from([0.0, -0.0, 1.0, -1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -9, 255.0, 256.5,
+                               float("inf"), float("nan")])
+    finite = st.floats(-64.0, 64.0, allow_nan=False).filter(lambda v: v == 0 or abs(v) > 2 ** -6)
+    return torch.tensor(draw(st.lists(st.one_of(finite, finite, finite, special),
+                                      min_size=n, max_size=n)), dtype=torch.float64)
+
+
+@st.composite
+def chain(draw):
+    """(program, its operand tensors, a description): a random expression over 2-3 inputs."""
+    dtype = draw(st.sampled_from(NARROW))
+    n = draw(st.integers(1, 24))
+    shapes = [(n,), (1, n), (3, n)]
+    shape = draw(st.sampled_from(shapes))
+    dtypes = [dtype, dtype, draw(st.sampled_from([dtype, dtype, torch.float32]))]
+    inputs = []
+    for k, dt in enumerate(dtypes):
+        # the last input may broadcast (one row)
+        s = shape if k < 2 or len(shape) == 1 else (1, n)
+        raw = values(draw, int(torch.Size(s).numel())).reshape(s)
+        inputs.append(draw(laid_out(raw.to(dt))))
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["binary", "binary", "number", "unary", "cast"]))
+        if kind == "binary":
+            steps.append((kind, draw(st.sampled_from(sorted(BINARY))),
+                          draw(st.integers(0, len(inputs) - 1)), draw(st.booleans())))
+        elif kind == "number":
+            steps.append((kind, draw(st.sampled_from(["+", "-", "*", "/"])),
+                          draw(st.sampled_from(NUMBERS)), draw(st.booleans())))
+        elif kind == "unary":
+            steps.append((kind, draw(st.sampled_from(sorted(UNARY))), None, False))
+        else:
+            steps.append((kind, draw(st.sampled_from([*NARROW, torch.float32])), None, False))
+
+    def program(*xs):
+        acc = xs[0]
+        for kind, op, operand, flip in steps:
+            if kind == "binary":
+                other = xs[operand]
+                acc = BINARY[op](other, acc) if flip else BINARY[op](acc, other)
+            elif kind == "number":
+                acc = BINARY[op](operand, acc) if flip else BINARY[op](acc, operand)
+            elif kind == "unary":
+                acc = UNARY[op](acc)
+            else:
+                acc = acc.to(op)
+        return acc
+
+    return program, inputs, f"{dtype} {list(shape)}: {steps}"
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(case=chain(), where=grid)
+def test_fp16_bf16_chains_round_per_op_as_eager(case, where):
+    program, inputs, description = case
+    note(description)
+    expected = program(*inputs)
+    actual = jit(program, *where)(*inputs)
+    assert_bits_equal(actual, expected)
+
+
+def test_rope_in_bf16_is_bit_exact():
+    """Llama's RoPE (x * cos + rotate_half(x) * sin) in bf16: every product and sum rounded as
+    eager's, on narrow tiles."""
+    from ir.examples import rope
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 16, 64, generator=g).bfloat16()
+    cos, sin = (torch.randn(16, 64, generator=g).bfloat16() for _ in range(2))
+    for n in (64, 16):     # full and partial rotation
+        c, s = cos[:, :n].contiguous(), sin[:, :n].contiguous()
+        assert_bits_equal(jit(rope, "triton", "constant values")(x, c, s, n), rope(x, c, s, n))
