@@ -90,6 +90,9 @@ def test_broadcast_programs_match_eager(case, block, mode):
     jfn = ir.jit(fn, executors=["triton"], cache=mode)
     with mock.patch.object(launch, "LOOP_BLOCK", block):       # the heuristic's LOOP
         assert_close(jfn(x, b), fn(x, b))
+    if mode == "symbolic values" and x.shape[dim] > 2:    # the entry serves a smaller extent
+        smaller = x.narrow(dim, 0, x.shape[dim] - 1 - x.shape[dim] // 2)
+        assert_close(jfn(smaller, b), fn(smaller, b))
     for record in triton_exec.last_kernels(jfn):
         loop = record.lowered.loop
         event(f"{mode}: " + ("no loop" if loop is None else
@@ -128,6 +131,24 @@ def test_rope_loops_over_the_heads_with_cos_and_sin_loaded_once(heads, dtype):
     # the launch: one program per block of LOOP heads along the grid's second axis
     grid = re.search(r"LAUNCH\(\((\d+), (\d+)\)", record.launcher_source)
     assert int(grid[2]) == -(-heads // 4)
+
+
+def test_one_symbolic_entry_serves_every_extent_of_the_loop_dim():
+    """In "symbolic values" mode the heads are a runtime size: the last block repeats the last
+    index past it (`tl.minimum`), so one entry built at 8 heads (LOOP 4) serves 3 and 6."""
+    jfn = ir.jit(rope, executors=["triton"], cache="symbolic values")
+    for heads in (8, 3, 6):
+        g = torch.Generator().manual_seed(heads)
+        q = torch.randn(1, heads, 64, 128, generator=g).bfloat16()
+        cos, sin = torch.randn(2, 64, 128, generator=g).bfloat16().unbind(0)
+        assert_close(jfn(q, cos, sin, 128), rope(q, cos, sin, 128), rounding=torch.bfloat16)
+    assert (ir.cache_stats(jfn).misses, ir.cache_stats(jfn).hits) == (1, 2)
+    (record,) = triton_exec.last_kernels(jfn)
+    assert record.lowered.loop.dim == 1 and record.config.loop == 4
+    before, inside = _before_and_inside(record.source)
+    assert "cos_ptr" in before and "cos_ptr" not in inside
+    assert re.search(r"o1 = tl\.minimum\(o1_start \+ j, h\d+\)", inside)
+    assert "i1 < 65536" in str(ir.last_prologue(jfn))       # the grid's second axis
 
 
 def test_rope_backward_loops_too():

@@ -228,7 +228,8 @@ class LoopDim:
     """The dim of the tiled domain that a loop inside each program walks, and its extent."""
 
     dim: int
-    extent: int
+    extent: int                 # in the building call (a runtime size's value then)
+    size: index.Expr            # the extent: a constant, or runtime integers the host knows
 
 
 def _compute_dtype(dtype):
@@ -1257,15 +1258,19 @@ class Tile:
         """The row-major index of each lane's outer indices in the domain: `rows` itself, or
         with a loop over dim L, `rows` with the loop's index put back in: the dims after L
         (A indices in all) stay where they are, those before L move by (E - 1) * A per step
-        (E: L's extent); the last term folds away when no dim before L is larger than 1."""
+        (E: L's extent); none when no dim before L is larger than 1."""
         if self.loop is None:
             return self.rows
-        after = index.Const(1)
+        before, after = index.Const(1), index.Const(1)
+        for s in self.sizes[:self.loop.dim]:
+            before = index.mul(before, s)
         for s in self.sizes[self.loop.dim + 1:-1]:
             after = index.mul(after, s)
-        return index.add(self.rows, index.mul(self.loop.leaf, after),
-                         index.mul(index.mul(index.floordiv(self.rows, after),
-                                             self.loop.extent - 1), after))
+        flat = index.add(self.rows, index.mul(self.loop.leaf, after))
+        if before == index.Const(1):
+            return flat
+        return index.add(flat, index.mul(index.mul(index.floordiv(self.rows, after),
+                                                   index.add(self.loop.extent, -1)), after))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1277,9 +1282,18 @@ class Loop:
     program, before the loop."""
 
     dim: int                    # in the tiled domain
-    extent: int                 # a constant >= 2
+    extent: index.Expr          # >= 2: a constant, or a runtime size (guarded below 2**16)
     leaf: index.Leaf            # the dim's index inside the loop (`o1 = o1_start + j`)
     start: str                  # the kernel name of the block's first index
+    last: str | None = None     # a runtime extent's last index (the kernel name of E - 1)
+
+    @property
+    def index_line(self) -> str:
+        """The line that sets the loop dim's index, the first of the loop's body: past a runtime
+        extent, the last block repeats its last index."""
+        if self.last is None:
+            return f"{self.leaf.name} = {self.start} + j"
+        return f"{self.leaf.name} = tl.minimum({self.start} + j, {self.last})"
 
 
 def analyze(eqns, outputs, inputs, values) -> Group:
@@ -1344,7 +1358,8 @@ def plan_tile(group: Group, w: "KernelWriter", loop_dim: int | None = None) -> T
         full_extent = sizes[-1]
         sizes = sizes[:-1] + [index.floordiv(full_extent, 2)]
         tiled[-1] //= 2
-    row_dims = [d for d in range(len(sizes) - 1) if d != loop_dim]
+    # dims of size 1 have index 0: rows walks the others
+    row_dims = [d for d in range(len(sizes) - 1) if d != loop_dim and sizes[d] != index.Const(1)]
     rows_extent = index.Const(1)
     for d in row_dims:
         rows_extent = index.mul(rows_extent, sizes[d])
@@ -1354,7 +1369,7 @@ def plan_tile(group: Group, w: "KernelWriter", loop_dim: int | None = None) -> T
     cols = index.Leaf("cols", frozenset({"pid", "col_arange"}), 64 if group.wide_cols else 32,
                       1, 0, cols_extent.value if isinstance(cols_extent, index.Const)
                       else INT32_LIMIT // 2)
-    outer, inner = [None] * (len(sizes) - 1), index.Const(1)
+    outer, inner = [index.Const(0)] * (len(sizes) - 1), index.Const(1)
     for k in range(len(row_dims) - 1, -1, -1):
         d = row_dims[k]
         outer[d] = (index.mod(index.floordiv(rows, inner), sizes[d]) if k
@@ -1362,11 +1377,15 @@ def plan_tile(group: Group, w: "KernelWriter", loop_dim: int | None = None) -> T
         inner = index.mul(inner, sizes[d])
     loop = None
     if loop_dim is not None:
-        extent = sizes[loop_dim].value
+        extent = sizes[loop_dim]
+        if not _known(domain[loop_dim]):    # the blocks along the grid's second axis
+            w.guards.append(("lt", domain[loop_dim], LOOP_MAX_EXTENT + 1))
         name = w.names.take(f"o{loop_dim}")
         leaf = index.Leaf(name, frozenset({"pid", "loop"}), 32 if group.narrow else 64, 1, 0,
-                          extent)
-        loop = Loop(loop_dim, extent, leaf, w.names.take(f"{name}_start"))
+                          extent.hi - 1 if extent.hi is not None else None)
+        last = (None if isinstance(extent, index.Const)
+                else w.render.expr(index.add(extent, -1), top=True))
+        loop = Loop(loop_dim, extent, leaf, w.names.take(f"{name}_start"), last)
         outer[loop_dim] = leaf
     in_domain = index.Mask((index.Less(rows, rows_extent), index.Less(cols, cols_extent)))
     if pairing is None:
@@ -1472,7 +1491,8 @@ LOOP_MAX_EXTENT = 65535         # the grid's second axis: one program per block 
 
 def plan_loop(group: Group, vectorize_enabled: bool, chunks=None) -> int | None:
     """The outer dim of the domain to walk by a loop inside each program (see `Loop`), or None:
-    among the outer dims of constant extent >= 2 along which the group broadcasts an input, and
+    among the outer dims of extent >= 2 (a runtime one guarded below 2**16) along which the
+    group broadcasts an input, and
     whose other outer dims leave rows enough for a tile that gives each thread of a warp a full
     vector (of the narrowest column chunk), the one whose loop reads the most inputs once per
     program, before it (found by building the kernel with each in a scratch writer); None when
@@ -1487,8 +1507,8 @@ def plan_loop(group: Group, vectorize_enabled: bool, chunks=None) -> int | None:
     rows_needed = -(-32 * group.max_vector // max(columns, 1))
     best, most = None, 0
     for d, s in enumerate(group.domain[:outer]):
-        if not (_known(s) and 2 <= s <= LOOP_MAX_EXTENT) or (
-                math.prod(hints[:outer]) // s < rows_needed):
+        if not 2 <= hints[d] <= LOOP_MAX_EXTENT or (
+                math.prod(hints[:outer]) // hints[d] < rows_needed):
             continue
         w = kernel_writer(group, vectorize_enabled)
         tile = plan_tile(group, w, d)
@@ -1557,11 +1577,17 @@ def build(group: Group, tile: Tile, w: "KernelWriter", chunks=None, share=True) 
         _bind_domain(w, tile.in_domain, "in_domain", {tile.rows: "ROWS", tile.cols: "COLS"})
     if loop is not None:
         body.append(f"# Dim {loop.dim} in blocks of LOOP indices, one block per program along the "
-                    f"grid's second axis (the last block ends at the extent: it overlaps the one "
-                    f"before where LOOP does not divide {loop.extent}); {loop.leaf.name}: the "
-                    f"loop's index")
-        body.append(f"{loop.start} = tl.minimum(tl.program_id(1) * LOOP, {loop.extent} - LOOP)")
-        body.append(_loop_index(loop))
+                    f"grid's second axis; {loop.leaf.name}: the loop's index")
+        if loop.last is None:
+            extent = loop.extent.value
+            body.append(f"# (the last block ends at the extent: it overlaps the one before where "
+                        f"LOOP does not divide {extent})")
+            body.append(f"{loop.start} = tl.minimum(tl.program_id(1) * LOOP, {extent} - LOOP)")
+        else:
+            body.append(f"# (the last block repeats the last index, {loop.last}, past the "
+                        f"extent)")
+            body.append(f"{loop.start} = tl.program_id(1) * LOOP")
+        body.append(loop.index_line)
     if any(o.tiled and not isinstance(o, index.Leaf) for o in tile.outer):
         body.append("# Outer indices of the output, from the row index")
         for d in range(len(tile.outer) - 1, -1, -1):
@@ -1683,11 +1709,6 @@ _TARGETS = re.compile(r"^(\w+(?:, \w+)*) = ")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
-def _loop_index(loop: Loop) -> str:
-    """The line that sets the loop dim's index, the first of the loop's body."""
-    return f"{loop.leaf.name} = {loop.start} + j"
-
-
 def _loop_body(lines: list, loop: Loop) -> list:
     """The body generated once, split around the loop over `loop`'s dim: each line that reads
     the loop's index, or a name assigned inside the loop, goes inside it (indented, in order);
@@ -1695,23 +1716,24 @@ def _loop_body(lines: list, loop: Loop) -> list:
     side or sides where they land."""
     before, inside = [], []
     dependent = {"j"}
-    header, headed = None, {id(before): None, id(inside): None}
+    header, comments, headed = (), False, {id(before): (), id(inside): ()}
     for line in lines:
-        if line == _loop_index(loop):
+        if line == loop.index_line:
             inside.append(line)
             dependent.add(loop.leaf.name)
             continue
         code = line.split("#", 1)[0]
-        if not code.strip():
-            header = line
+        if not code.strip():        # consecutive comment lines head what follows together
+            header, comments = (header if comments else ()) + (line,), True
             continue
+        comments = False
         targets = _TARGETS.match(code)
         read = set(_NAME.findall(code[targets.end():] if targets else code))
         side = inside if read & dependent else before
         if side is inside and targets:
             dependent |= set(targets[1].split(", "))
-        if header is not None and headed[id(side)] != header:
-            side.append(header)
+        if headed[id(side)] != header:
+            side.extend(header)
             headed[id(side)] = header
         side.append(line)
     return before + [f"# The loop over the LOOP indices of dim {loop.dim} in this program's "
@@ -1754,4 +1776,6 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
                    tile.tiled, tuple(chunks or ()),
-                   None if tile.loop is None else LoopDim(tile.loop.dim, tile.loop.extent))
+                   None if tile.loop is None else LoopDim(
+                       tile.loop.dim, vectorize.hint_of(group.domain[tile.loop.dim]),
+                       tile.loop.extent))

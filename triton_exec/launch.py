@@ -96,7 +96,7 @@ def grid(lowered: Lowered, config: LaunchConfig, value_of) -> tuple:
     tiles = -(-rows // config.rows) * -(-cols // config.cols)
     if lowered.loop is None:
         return (tiles,)
-    return (tiles, -(-lowered.loop.extent // config.loop))
+    return (tiles, -(-index.evaluate(lowered.loop.size, value_of) // config.loop))
 
 
 LOOP_BLOCK = 4          # indices of the loop dim per program, by default (at most its extent)
@@ -194,7 +194,11 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
              f"((({cols}) + {config.cols - 1}) // {config.cols})")
     if constant:
         tiles = str(eval(tiles))
-    blocks = "" if lowered.loop is None else f" {-(-lowered.loop.extent // config.loop)}"
+    blocks = ""
+    if lowered.loop is not None:
+        extent = index.render_host(lowered.loop.size, lambda leaf: name_of(leaf.source), top=True)
+        blocks = f"(({extent}) + {config.loop - 1}) // {config.loop}"
+        blocks = " " + (str(eval(blocks)) if constant else blocks)
     call = (f"LAUNCH(({tiles},{blocks}), ({launch_args}))  "
             f"# ..., {', '.join(f'{k}={v}' for k, v in constexprs.items())}; "
             f"num_warps={config.num_warps}")

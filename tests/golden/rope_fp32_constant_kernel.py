@@ -9,7 +9,8 @@ def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, 
     # Tile [ROWS, COLS] of the output domain [2, 4, 16, 32]; COLS walks the innermost dim (whole, in column chunks: over each every cat/pad/slice boundary is decided); dim 0 is walked by a loop in each program, ROWS walks the other outer dims
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)[:, None]
-    # Dim 0 in blocks of LOOP indices, one block per program along the grid's second axis (the last block ends at the extent: it overlaps the one before where LOOP does not divide 2); o0: the loop's index
+    # Dim 0 in blocks of LOOP indices, one block per program along the grid's second axis; o0: the loop's index
+    # (the last block ends at the extent: it overlaps the one before where LOOP does not divide 2)
     o0_start = tl.minimum(tl.program_id(1) * LOOP, 2 - LOOP)
     # Outer indices of the output, from the row index
     o2 = rows % 16
