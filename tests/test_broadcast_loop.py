@@ -1,5 +1,5 @@
 """A loop over an outer dim inside each program: where an input is broadcast along an outer dim
-of constant extent (a RoPE's cos and sin over the heads), each program covers LOOP indices of
+(a RoPE's cos and sin over the heads), each program covers LOOP indices of
 that dim with `for j in tl.static_range(LOOP)`, and what does not depend on the loop's index (the
 broadcast input's loads and conversions, per-row index math) runs once, before the loop.
 

@@ -1343,9 +1343,8 @@ def _pair_tiling(group: Group, enabled: bool) -> str | None:
 def plan_tile(group: Group, w: "KernelWriter", loop_dim: int | None = None) -> Tile:
     """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
     tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
-    other), the domain mask and the outer indices. With `loop_dim` (an outer dim of constant
-    extent), that dim is walked by a loop inside each program (see `Loop`) and `rows` by the
-    other outer dims."""
+    other), the domain mask and the outer indices. With `loop_dim` (an outer dim), that dim is
+    walked by a loop inside each program (see `Loop`) and `rows` by the other outer dims."""
     domain = group.domain
     pairing = _pair_tiling(group, w.vectorize)
     inner = len(domain) - (2 if pairing == "trailing" else 1)
