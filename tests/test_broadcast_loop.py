@@ -19,7 +19,8 @@ import ir
 import triton_exec
 from ir.examples import rope
 from programs import assert_close
-from triton_exec import launch
+from test_triton_programs import check_geometry
+from triton_exec import autotune, launch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 # the broadcast input b combined with x (the loop dim: d): elementwise, a RoPE-like cat, a cat
@@ -94,6 +95,7 @@ def test_broadcast_programs_match_eager(case, block, mode):
         smaller = x.narrow(dim, 0, x.shape[dim] - 1 - x.shape[dim] // 2)
         assert_close(jfn(smaller, b), fn(smaller, b))
     for record in triton_exec.last_kernels(jfn):
+        check_geometry(record)
         loop = record.lowered.loop
         event(f"{mode}: " + ("no loop" if loop is None else
                              f"loop, extent {loop.extent} % LOOP {record.config.loop} "
@@ -187,3 +189,34 @@ def test_too_few_rows_left_keeps_the_whole_tile():
     assert_close(jfn(x, b), x * b)
     (record,) = triton_exec.last_kernels(jfn)
     assert record.lowered.loop is None
+
+
+def test_config_space_tries_other_loop_blocks_up_to_the_extent():
+    heuristic = launch.LaunchConfig(32, 128, 4, 8, 4)
+    space = autotune.config_space(heuristic, 4096, 8, 12, 64, loop_extent=32)
+    assert space[0] == heuristic and {c.loop for c in space} == {2, 4, 8}
+    few = autotune.config_space(launch.LaunchConfig(32, 128, 4, 8, 3), 4096, 8, 12, 64,
+                                loop_extent=3)
+    assert {c.loop for c in few} == {2, 3}
+    assert autotune._from_public(autotune._public(heuristic)) == heuristic
+    plain = launch.LaunchConfig(32, 128, 4, 8)
+    assert "LOOP" not in autotune._public(plain)
+    assert autotune._from_public(autotune._public(plain)) == plain
+
+
+def test_forced_tuning_times_each_loop_block(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
+    autotune.reset_caches()
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 8, 64, 128, generator=g).bfloat16()
+    cos, sin = torch.randn(2, 64, 128, generator=g).bfloat16().unbind(0)
+    jfn = ir.jit(rope, executors=["triton"])
+    try:
+        with autotune.forced(max_configs=6):    # the heuristic, VEC 1, 2, 4, then LOOP 2 and 8
+            assert_close(jfn(q, cos, sin, 128), rope(q, cos, sin, 128), rounding=torch.bfloat16)
+    finally:
+        autotune.reset_caches()
+    (record,) = triton_exec.last_kernels(jfn)
+    results = record.tuning.results
+    assert [r.config["LOOP"] for r in results] == [4, 4, 4, 4, 2, 8]
+    assert not any(r.failed for r in results), [r.error for r in results]

@@ -9,7 +9,7 @@ import ir
 import triton_exec
 from ir.proxies import hint
 from programs import assert_matches_eager, programs
-from triton_exec import index
+from triton_exec import index, launch
 
 RESIZE_AND_ELEMENTWISE = ("arith", "unary", "max_min", "where", "compare", "cast", "index", "cat",
                           "stack", "pad", "reshape", "split_merge", "expand", "layout", "clamp",
@@ -29,16 +29,18 @@ def check(program, mode):
 
 
 def check_geometry(record):
-    """Launched lanes (grid x ROWS x COLS) <= 2 x the elements of the domain the kernel tiles,
-    plus one tile: the config is chosen from that domain, after the inner-dim merge."""
+    """Launched lanes (grid x ROWS x COLS, x LOOP with a loop) <= 2 x the elements of the
+    domain the kernel tiles, plus one program's: the config is chosen from that domain, after
+    the inner-dim merge."""
     lowered, config = record.lowered, record.config
     rows, cols = (index.evaluate(e, lambda leaf: hint(leaf.source))
                   for e in (lowered.rows, lowered.cols))
-    grid = -(-rows // config.rows) * -(-cols // config.cols)
-    lanes = grid * config.rows * config.cols
+    grid = launch.grid(lowered, config, lambda leaf: hint(leaf.source))
+    tile = config.rows * config.cols * (config.loop or 1)
+    lanes = math.prod(grid) * tile
     elements = math.prod(hint(s) for s in lowered.tiled)
-    assert elements == rows * cols
-    assert lanes <= 2 * elements + config.rows * config.cols, (lanes, elements, config)
+    assert elements == rows * cols * (lowered.loop.extent if lowered.loop else 1)
+    assert lanes <= 2 * elements + tile, (lanes, elements, config)
 
 
 @pytest.mark.parametrize("mode", ["constant values", "symbolic values"])

@@ -106,14 +106,17 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
     """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024), and few
     enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
-    widest access."""
+    widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
+    rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
+    config = (_chunked_config(lowered, rows_hint, cols_hint, lowered.max_width) if lowered.chunks
+              else _whole_config(lowered, rows_hint, cols_hint, tile))
+    if lowered.loop is None:
+        return config
+    return dataclasses.replace(config, loop=min(LOOP_BLOCK, lowered.loop.extent))
+
+
+def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
     width = lowered.max_width
-    if lowered.loop is not None:
-        return dataclasses.replace(
-            heuristic_config(dataclasses.replace(lowered, loop=None), rows_hint, cols_hint, tile),
-            loop=min(LOOP_BLOCK, lowered.loop.extent))
-    if lowered.chunks:
-        return _chunked_config(lowered, rows_hint, cols_hint, width)
     cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
