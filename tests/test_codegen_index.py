@@ -136,16 +136,20 @@ def test_offsets_that_pass_2_31_are_int64(mode):
         f = lambda x: x[::2 ** 20] + 1
         out = ir.jit(f, executors=["triton"], cache={mode!r})(x)
         assert torch.equal(out, f(x)), (out, f(x))
-        # a row stride of 2**31 on a hit of an entry built with a small one: the stride arrives
-        # divided by 16 and is multiplied back in int64
+        # an entry built on a small view computes offsets in int32 under a guard on the span
+        # (sum((size - 1) * |stride|) < 2**31); a row stride of 2**31 fails it and compiles an
+        # entry whose offsets are int64 products
         g = lambda v: v * 2
         jg = ir.jit(g, executors=["triton"], cache={mode!r})
         small = torch.arange(256, dtype=torch.int8).view(2, 128)[:, :64]   # not mergeable
         assert torch.equal(jg(small), g(small))
+        assert "tl.int64" not in triton_exec.last_kernels(jg)[0].source
+        assert "< 2147483648" in str(ir.last_prologue(jg))
         big = x.as_strided((2, 64), (2 ** 31, 1))
         big[1] = torch.arange(64, dtype=torch.int8)
         assert torch.equal(jg(big), g(big))
-        assert ir.cache_stats(jg).hits == 1
+        assert ir.cache_stats(jg).misses == 2
+        assert "tl.int64" in triton_exec.last_kernels(jg)[0].source
         print("ok")
     """)
     env = dict(os.environ, TRITON_INTERPRET="1")

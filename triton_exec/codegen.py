@@ -345,6 +345,7 @@ class KernelWriter:
         self.loop: Loop | None = None       # the loop over an outer dim (see `Loop`), or None
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
+        self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
         self.loads: dict = {}               # (pointer, offset, mask, shape) -> the loaded value
 
     # ---- names -------------------------------------------------------------------------
@@ -465,6 +466,7 @@ class KernelWriter:
         original_dims = self.stride_dims.get(id(t), range(t.ndim))
         if argument:    # the kernel reads raw storage: a view with the negative bit must not come
             self.guards.append(("not_neg", t, None))
+        self.offsets_fit_int32(t, example, argument)
         layout = (example, constant, argument, original_dims)
         halves = self.pair_dim_load(t, idx, mask, what, layout)
         if halves is not None:
@@ -499,10 +501,25 @@ class KernelWriter:
         return self.emit_load(t, example, index.add(*terms), mask, inner_path, what,
                               inner_stride, outer_strides, dims)
 
+    def offsets_fit_int32(self, t, example, argument: bool) -> bool:
+        """Whether every offset into t fits int32 (its products with runtime strides are then
+        int32): with int32 logical indices, a tensor torch makes (fewer than 2**31 elements,
+        see `_narrow_indices`), or an argument whose span (its farthest element from its first,
+        `sum((size - 1) * |stride|)`) is below 2**31, a guard of the entry."""
+        key = id(self.originals.get(id(t), t))
+        if key not in self.int32_offsets:
+            fits = self.narrow and (not argument or sum(
+                (n - 1) * abs(st) for n, st in zip(example.shape, example.stride())) < INT32_LIMIT)
+            if fits and argument:
+                self.guards.append(("stride_span_lt", t, INT32_LIMIT))
+            self.int32_offsets[key] = fits
+        return self.int32_offsets[key]
+
     def stride_term(self, t, i, od, layout):
         """Index i times the stride of t's (original) dim od: a literal for a tensor torch
         makes with constant sizes, else a runtime stride passed divided by its guarded
-        power-of-two divisor (int64 products: an index times a large stride can pass 2**31)."""
+        power-of-two divisor (int64 products where an index times a stride can pass 2**31,
+        int32 where `offsets_fit_int32`)."""
         example, constant, argument, _ = layout
         stride = example.stride(od)
         if constant:
@@ -511,9 +528,10 @@ class KernelWriter:
                  if self.vectorize and argument else 1)
         if scale > 1 and Stride(self.originals.get(id(t), t), od) not in self.leaves:
             self.guards.append(("stride_divisible", t, (od, scale)))
+        fits = self.offsets_fit_int32(t, example, argument)
         leaf = self.runtime_int(Stride(self.originals.get(id(t), t), od),
-                                f"{t.name}_stride{od}", scale, bounded=False)
-        return index.mul(index.widen(i), leaf)
+                                f"{t.name}_stride{od}", scale, bounded=fits)
+        return index.mul(i if fits else index.widen(i), leaf)
 
     def pair_dim_load(self, t, idx, mask, what, layout):
         """Under pair tiling, a tensor whose innermost dim holds the pairs ([..., n, 2], dim -2

@@ -489,8 +489,9 @@ class Renderer:
             return self.hoist(e)
         if isinstance(e, Wide):
             return f"{self.expr(e.a)}.to(tl.int64)"
-        if isinstance(e, Prod) and any(isinstance(x, Wide) for x in (e.a, e.b)):
-            return self.bind(e, self.fresh("p"))            # an int64 offset product: once
+        if isinstance(e, Prod) and (any(isinstance(x, Wide) for x in (e.a, e.b)) or e.tiled and any(
+                isinstance(x, Leaf) and not x.tiled for x in (e.a, e.b))):
+            return self.bind(e, self.fresh("p"))    # an index times a runtime stride: once
         if isinstance(e, (FloorDiv, Mod)):
             self.divisions.append(e)
             return self.bind(e, self.fresh("r"))

@@ -1,11 +1,11 @@
 @triton.jit
 def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, cos_ptr, cos_stride0_div4, sin_ptr, sin_stride0_div4, out0_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, VEC: tl.constexpr, LOOP: tl.constexpr):
     # Runtime sizes and strides arrive divided by their guarded power-of-two divisor; h*: values the launcher computes
-    x_stride0 = tl.cast(x_stride0_div4, tl.int64) * 4
-    x_stride1 = tl.cast(x_stride1_div4, tl.int64) * 4
-    x_stride2 = tl.cast(x_stride2_div4, tl.int64) * 4
-    cos_stride0 = tl.cast(cos_stride0_div4, tl.int64) * 4
-    sin_stride0 = tl.cast(sin_stride0_div4, tl.int64) * 4
+    x_stride0 = x_stride0_div4 * 4
+    x_stride1 = x_stride1_div4 * 4
+    x_stride2 = x_stride2_div4 * 4
+    cos_stride0 = cos_stride0_div4 * 4
+    sin_stride0 = sin_stride0_div4 * 4
     # Tile [ROWS, COLS] of the output domain [2, 4, 16, 32]; COLS walks the innermost dim (whole, in column chunks: over each every cat/pad/slice boundary is decided); dim 0 is walked by a loop in each program, ROWS walks the other outer dims
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)[:, None]
@@ -18,11 +18,11 @@ def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, 
     in_rows = ((rows < 64) | (64 % ROWS == 0))  # true where the blocks divide the extents
     # Columns [0, 4)
     cols_0 = tl.max_contiguous(tl.arange(0, 4)[None, :], [1, VEC])
-    p2 = o1.to(tl.int64) * x_stride1
-    p3 = o2.to(tl.int64) * x_stride2
-    p5 = o2.to(tl.int64) * cos_stride0
+    p2 = o1 * x_stride1
+    p3 = o2 * x_stride2
+    p5 = o2 * cos_stride0
     v6 = tl.load(cos_ptr + p5 + cols_0, mask=in_rows, other=0)  # cos: plain, 4 per access
-    p10 = o2.to(tl.int64) * sin_stride0
+    p10 = o2 * sin_stride0
     v11 = tl.load(sin_ptr + p10 + cols_0, mask=in_rows, other=0)  # sin: plain, 4 per access
     # Columns [4, 8)
     v14 = tl.load(cos_ptr + p5 + cols_0 + 4, mask=in_rows, other=0)  # cos: plain, 4 per access
@@ -35,7 +35,7 @@ def rope_fusion_0_kernel(x_ptr, x_stride0_div4, x_stride1_div4, x_stride2_div4, 
     for j in tl.static_range(LOOP):
         o0 = o0_start + j
         # Columns [0, 4)
-        p1 = o0.to(tl.int64) * x_stride0
+        p1 = o0 * x_stride0
         v4 = tl.load(x_ptr + p1 + p2 + p3 + cols_0, mask=in_rows, other=0)  # x: slice, 4 per access
         v7 = v4 * v6
         v8 = tl.load(x_ptr + p1 + p2 + p3 + cols_0 + 4, mask=in_rows, other=0)  # x: slice, 4 per access
