@@ -38,7 +38,7 @@ GUARD_SOURCE = {
     "stride_indivisible": "{a}_strides[{b[0]}] % {b[1]} != 0",
     "strides_compose": "{a}_strides[{b[0]}] == {a}_strides[{b[1]}] * {b[2]}",
     # the farthest element from the first: offsets into the tensor fit below b
-    "stride_span_lt": "sum((n - 1) * abs(s) for n, s in zip({a}.shape, {a}_strides)) < {b}",
+    "stride_span_lt": "sum((size - 1) * abs(stride) for size, stride in zip({a}.shape, {a}_strides)) < {b}",
     "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
     "numel_eq": "{a} == {b}",       # a, b: shapes (tuples of sizes), their products equal
     "contiguous": "{a}.is_contiguous() == {b}",

@@ -84,13 +84,19 @@ def test_fp16_bf16_chains_round_per_op_as_eager(case, where):
     assert_bits_equal(actual, expected)
 
 
-def test_rope_in_bf16_is_bit_exact():
-    """Llama's RoPE (x * cos + rotate_half(x) * sin) in bf16: every product and sum rounded as
-    eager's, on narrow tiles."""
+def test_rope_in_bf16_is_bit_exact_forward_and_backward():
+    """Llama's RoPE (x * cos + rotate_half(x) * sin) in bf16, full and partial rotation: every
+    product and sum rounded as eager's, on narrow tiles; x's gradient (from the grad rules,
+    fused) too."""
     from ir.examples import rope
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 16, 64, generator=g).bfloat16()
+    x = torch.randn(2, 3, 16, 64, generator=g).bfloat16().requires_grad_()
+    dy = torch.randn(2, 3, 16, 64, generator=g).bfloat16()
     cos, sin = (torch.randn(16, 64, generator=g).bfloat16() for _ in range(2))
-    for n in (64, 16):     # full and partial rotation
+    for n in (64, 16):
         c, s = cos[:, :n].contiguous(), sin[:, :n].contiguous()
-        assert_bits_equal(jit(rope, "triton", "constant values")(x, c, s, n), rope(x, c, s, n))
+        jrope = jit(rope, "triton", "constant values")
+        out, expected = jrope(x, c, s, n), rope(x, c, s, n)
+        assert_bits_equal(out, expected)
+        assert_bits_equal(torch.autograd.grad(out, [x], [dy])[0],
+                          torch.autograd.grad(expected, [x], [dy])[0])
