@@ -1,5 +1,6 @@
 """Correctness on CUDA tensors (compiled Triton, not the interpreter): the RoPE at several sizes,
-pad/cat/slice programs, and random programs from tests/programs.py, each compared with eager.
+pad/cat/slice programs, random programs from tests/programs.py, each compared with eager, and
+random fp16/bf16/fp32 arithmetic chains (tests/test_semantics_rounding.py) bit for bit.
 
     PYTHONPATH=$PWD python perf/cuda_check.py [--examples N]
 
@@ -133,9 +134,30 @@ def main(argv=None) -> int:
 
     random_programs()
     print(f"random programs: {ns.examples} run, {len(random_failures)} failed")
-    for f in failures + random_failures[:5]:
+
+    # fp16/bf16/fp32 chains with numbers, bit for bit against CUDA eager: the device's own rules
+    # for number operands (README "Numerical contract") are read from PyTorch's CUDA source
+    from semantics import assert_bits_equal
+    from test_semantics_rounding import chain
+    rounding_failures = []
+
+    @settings(max_examples=ns.examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(chain())
+    def rounding_chains(case):
+        program, inputs, description = case
+        inputs = [on_device(t, device) for t in inputs]
+        try:
+            assert_bits_equal(ir.jit(program, executors=["triton"])(*inputs), program(*inputs))
+        except Exception:
+            rounding_failures.append(f"{description}\n{traceback.format_exc(limit=3)}")
+
+    rounding_chains()
+    print(f"fp16/bf16/fp32 chains bit-exact with eager: {ns.examples} run, "
+          f"{len(rounding_failures)} failed")
+    for f in failures + random_failures[:5] + rounding_failures[:5]:
         print("FAILED:", f)
-    return 1 if failures or random_failures else 0
+    return 1 if failures or random_failures or rounding_failures else 0
 
 
 if __name__ == "__main__":
