@@ -134,15 +134,12 @@ def _broadcast_src(eqn):
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "gt": ">", "lt": "<",
           "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
-_SCALAR_BOUND = {"maximum": "torch.clamp_min", "minimum": "torch.clamp_max"}
 
 
 def _elementwise_src(eqn):
     name, args = eqn.prim.name, eqn.args
     if name in _INFIX:
         return f"{render(args[0])} {_INFIX[name]} {render(args[1])}"
-    if name in _SCALAR_BOUND and not isinstance(args[1], TensorProxy):
-        return f"{_SCALAR_BOUND[name]}({render(args[0])}, {render(args[1])})"
     return f"torch.{name}({', '.join(render(a) for a in args)})"
 
 

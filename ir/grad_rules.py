@@ -10,14 +10,17 @@ piece, of a broadcast a sum over the broadcast dims (a reduction torch runs). Co
 integer outputs are not differentiable: they have no rule and never get a cotangent.
 
 Rules follow eager PyTorch's formulas (derivatives.yaml), ties included: `maximum`/`minimum` of
-two tensors split the gradient in halves on ties; against a scalar (a clamp) the bound's side
-gets all of it where the input equals the bound.
+two tensors split the gradient in halves on ties; a clamp gives all of it to the input where it
+equals a bound.
 """
 from __future__ import annotations
 
+import torch
+
 from ir import prims
-from ir.proxies import IntProxy, TensorProxy
-from ir.tracing import bind, new_tensor, record
+from ir.proxies import FloatProxy, IntProxy, TensorProxy
+from ir.torch_ops import operand_scalar
+from ir.tracing import bind, current, new_tensor, record
 
 GRAD_RULES: dict = {}
 
@@ -172,9 +175,6 @@ def _max_min(eqn, cts):
     a, b = eqn.args
     ct = cts[0]
     loses_a, loses_b = (lt, gt) if eqn.prim.name == "maximum" else (gt, lt)
-    if not isinstance(b, TensorProxy):      # a clamp: eager gives x the gradient on the bound
-        keep = ge(a, b) if eqn.prim.name == "maximum" else le(a, b)
-        return [(a, _select(keep, ct, True))]
     # eager: where(a == b, grad / 2, grad), zero where the input loses (NaN loses nowhere)
     shared = where(eq(a, b), mul(ct, 0.5), ct)
     result = []
@@ -183,6 +183,42 @@ def _max_min(eqn, cts):
     if needs_grad(b):
         result.append((b, _select(loses_b(a, b), shared, False)))
     return result
+
+
+@grad_rule(prims.clamp)
+def _clamp(eqn, cts):
+    """eager's clamp_backward (number bounds) and clamp_backward_min_max (tensor bounds): x gets
+    all of the gradient where lo <= x <= hi (bounds included: no halving on ties), lo where
+    x < lo < hi, hi where x > hi or the bounds cross (hi < lo); NaN compares false. eager
+    compares x with a number bound rounded to x's dtype (a comparison's rule), while its forward
+    clamps with the unrounded bound."""
+    x, lo, hi = eqn.args
+    ct = cts[0]
+    result = []
+    if needs_grad(x):
+        inside = ct
+        for bound, within in ((hi, le), (lo, ge)):
+            if bound is not None:
+                inside = where(within(x, _compared(bound, x)), inside, 0)
+        result.append((x, inside))
+    if needs_grad(lo):
+        below = where(lt(x, lo), ct, 0)
+        result.append((lo, below if hi is None else where(lt(lo, hi), below, 0)))
+    if needs_grad(hi):
+        above = where(gt(x, hi), ct, 0)
+        result.append((hi, above if lo is None else where(lt(hi, lo), ct, above)))
+    return result
+
+
+def _compared(bound, x):
+    """A clamp bound as eager's gradient compares x with it: a number rounded (through fp32) to
+    an fp16/bf16 x's dtype, a runtime one in the kernel (a cast of an fp32 fill)."""
+    if isinstance(bound, TensorProxy) or x.dtype not in (torch.float16, torch.bfloat16):
+        return bound
+    if isinstance(bound, FloatProxy):
+        return convert(emit(prims.full, tuple(x.shape), value=bound, dtype=torch.float32,
+                            device=x.device), x.dtype)
+    return current().run(operand_scalar, bound, x.dtype, rounded=True)
 
 
 @grad_rule(prims.where)

@@ -293,21 +293,18 @@ def minimum(input, other):
     return elementwise("minimum", torch.minimum, input, other)
 
 
-def _scalar_bound(prim_name, x, bound, dtype):
-    if bound is None:
-        return x
-    if isinstance(bound, TensorProxy):
-        return bind(prims.PRIMS[prim_name], x, convert(expand_to(bound, x.shape), dtype))
-    return bind(prims.PRIMS[prim_name], x, operand_scalar(bound, dtype, rounded=False))
-
-
 @register(torch.clamp, torch.Tensor.clamp, torch.clip, torch.Tensor.clip, methods=("clamp", "clip"))
 def clamp(input, min=None, max=None):
-    dtype = meta_dtype(torch.clamp, input, min, max)
+    """One clamp prim, its bounds tensors (broadcast with the input, in the promoted dtype) or
+    numbers (used unrounded, in fp32, as eager's clamp does) or None: the gradient is eager's
+    clamp rule (`ir.grad_rules`), not the chain of maximum's and minimum's."""
+    dtype = meta_dtype(torch.clamp, input, min, max)     # eager's refusals: no bound, mixed kinds
     if any(_is_number(b) for b in (min, max)):   # eager refuses bounds out of an int dtype's range
         torch.clamp(_one(input.dtype), *(b if _is_number(b) else None for b in (min, max)))
-    input = convert(input, dtype)
-    return _scalar_bound("minimum", _scalar_bound("maximum", input, min, dtype), max, dtype)
+    shape = broadcast_shape(*[t.shape for t in (input, min, max) if isinstance(t, TensorProxy)])
+    input, min, max = (convert(expand_to(b, shape), dtype) if isinstance(b, TensorProxy)
+                       else operand_scalar(b, dtype, rounded=False) for b in (input, min, max))
+    return bind(prims.clamp, input, min, max)
 
 
 @register(torch.clamp_min, torch.Tensor.clamp_min, methods=("clamp_min",))

@@ -801,7 +801,7 @@ NATIVE_NARROW = frozenset({"add", "sub", "mul"})
 # Ops whose number operands eager converts to the op's dtype first (a clamp bound it does not)
 ROUNDED_NUMBERS = frozenset({"add", "sub", "mul", "div"})
 # Ops whose fp32 result is already a value of the operands' dtype: no rounding to do
-EXACT_ON_HELD = frozenset({"neg", "abs", "maximum", "minimum"})
+EXACT_ON_HELD = frozenset({"neg", "abs", "maximum", "minimum", "clamp"})
 
 
 def _native(w, name: str, a: NarrowTile, b: NarrowTile, dtype) -> str:
@@ -831,8 +831,8 @@ def _elementwise(w, eqn, idx, mask, path):
     if narrow and name in ROUNDED_NUMBERS:  # a runtime float, converted to the dtype as eager does
         args = [_rounded(w, s, dtype) if isinstance(a, FloatProxy) else s
                 for a, s in zip(eqn.args, args)]
-    held = [isinstance(a, TensorProxy) and a.dtype == dtype or _representable(a, dtype)
-            for a in eqn.args]
+    held = [a is None or isinstance(a, TensorProxy) and a.dtype == dtype
+            or _representable(a, dtype) for a in eqn.args]
     if narrow and name in NATIVE_NARROW and all(isinstance(a, TensorProxy) for a in eqn.args) \
             and all(held):
         return _native(w, name, *(_narrow_operand(w, a, dtype) for a in args), dtype)
@@ -856,12 +856,24 @@ def _fp32_elementwise(w, eqn, args) -> str:
         return w.let("v", GELU_SRC[eqn.params["approximate"]].format(*args))
     if name == "pow":
         return _pow(w, args[0], eqn.args[1], eqn.out.dtype)
-    b = eqn.args[-1]
+    if name == "clamp":     # maximum with lo, then minimum with hi; a bound None is left out
+        result = args[0]
+        for extremum, bound, src in (("maximum", eqn.args[1], args[1]),
+                                     ("minimum", eqn.args[2], args[2])):
+            if bound is not None:
+                result = _binary(w, extremum, result, bound, src)
+        return result
+    return _binary(w, name, args[0], eqn.args[1], args[1])
+
+
+def _binary(w, name: str, a: str, b, b_src: str) -> str:
+    """a <name> b on fp32 (or integer) tiles (`b_src` holds b); a NaN b wins a maximum or
+    minimum."""
     runtime_float = isinstance(b, FloatProxy) or (isinstance(b, TensorProxy)
                                                   and b.dtype.is_floating_point)
-    nan = (f" | ({args[1]} != {args[1]})" if runtime_float
+    nan = (f" | ({b_src} != {b_src})" if runtime_float
            else " | True" if isinstance(b, float) and math.isnan(b) else "")
-    return w.let("v", BINARY_SRC[name].format(*args, nan=nan))
+    return w.let("v", BINARY_SRC[name].format(a, b_src, nan=nan))
 
 
 def _pow(w, x: str, e, dtype) -> str:
@@ -1204,8 +1216,8 @@ register(prims.permute, lower=_permute, view=True, merges=_never)
 register(prims.reshape, lower=_reshape, view=True, merges=_never)
 _FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
                "silu", "gelu"}
-_ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "neg", "abs", "pow"}
-for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow", "gelu"]:
+_ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "clamp", "neg", "abs", "pow"}
+for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow", "gelu", "clamp"]:
     register(prims.PRIMS[_name], lower=_elementwise, float_only=_name in _FLOAT_ONLY,
              no_bool=_name in _ARITHMETIC, refuse=_pow_refusal if _name == "pow" else None)
 
