@@ -86,8 +86,21 @@ _unary("exp")(lambda ct, x, y: mul(ct, y))
 _unary("log")(lambda ct, x, y: div(ct, x))
 _unary("sin")(lambda ct, x, y: mul(ct, _op("cos")(x)))
 _unary("cos")(lambda ct, x, y: mul(ct, neg(_op("sin")(x))))
-_unary("tanh")(lambda ct, x, y: mul(ct, sub(1, mul(y, y))))
-_unary("sigmoid")(lambda ct, x, y: mul(mul(ct, sub(1, y)), y))
+def _opmath(vjp):
+    """vjp as eager's backward kernels (tanh_backward, sigmoid_backward, silu_backward,
+    gelu_backward) compute it for fp16/bf16: in fp32 ("opmath"), rounded once to the input's
+    dtype, where a chain of prims would round after each op."""
+    def in_fp32(ct, x, y):
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            return vjp(ct, x, y)
+        wide = (convert(v, torch.float32) for v in (ct, x, y))
+        return convert(vjp(*wide), x.dtype)
+    return in_fp32
+
+
+# tanh_backward(grad, result) and sigmoid_backward(grad, result): from the output
+_unary("tanh")(_opmath(lambda ct, x, y: mul(ct, sub(1, mul(y, y)))))
+_unary("sigmoid")(_opmath(lambda ct, x, y: mul(mul(ct, sub(1, y)), y)))
 _unary("sqrt")(lambda ct, x, y: div(ct, mul(2, y)))
 _unary("rsqrt")(lambda ct, x, y: mul(mul(ct, -0.5), emit(prims.PRIMS["pow"], y, 3)))
 
@@ -129,29 +142,41 @@ _unary("erf")(lambda ct, x, y: mul(mul(1.1283791670955126, _op("exp")(neg(mul(x,
 
 
 @_unary("silu")
+@_opmath
 def _silu(ct, x, y):
     # eager's silu_backward: grad * s * (1 + x * (1 - s)), s = sigmoid(x)
     s = _op("sigmoid")(x)
     return mul(mul(ct, s), add(1, mul(x, sub(1, s))))
 
 
+# gelu_backward's 3 * kappa, a product of fp32 constants as its kernel computes it
+_THREE_KAPPA = (torch.tensor(0.044715, dtype=torch.float32) * 3).item()
+
+
 @grad_rule(prims.gelu)
 def _gelu(eqn, cts):
-    """eager's gelu_backward, constants included."""
+    """eager's gelu_backward (CUDA's formulas), constants included."""
     (x,), (ct,) = eqn.args, cts
-    if eqn.params["approximate"] == "none":
-        cdf = mul(0.5, add(1, _op("erf")(mul(x, 0.7071067811865476))))
-        pdf = mul(_op("exp")(mul(mul(-0.5, x), x)), 0.3989422804014327)
-        return [(x, mul(ct, add(cdf, mul(x, pdf))))]
+    vjp = _gelu_erf if eqn.params["approximate"] == "none" else _gelu_tanh
+    return [(x, _opmath(vjp)(ct, x, eqn.out))]
+
+
+def _gelu_erf(ct, x, y):
+    cdf = mul(0.5, add(1, _op("erf")(mul(x, 0.7071067811865476))))
+    pdf = mul(_op("exp")(mul(mul(-0.5, x), x)), 0.3989422804014327)
+    return mul(ct, add(cdf, mul(x, pdf)))
+
+
+def _gelu_tanh(ct, x, y):
     beta, kappa = 0.7978845608028654, 0.044715
     x_sq = mul(x, x)
     inner = mul(beta, add(x, mul(kappa, mul(x_sq, x))))
     tanh_inner = _op("tanh")(inner)
     left_derivative = mul(0.5, add(1, tanh_inner))
     tanh_derivative = sub(1, mul(tanh_inner, tanh_inner))
-    inner_derivative = mul(beta, add(1, mul(3 * kappa, x_sq)))
+    inner_derivative = mul(beta, add(1, mul(_THREE_KAPPA, x_sq)))
     right_derivative = mul(mul(mul(0.5, x), tanh_derivative), inner_derivative)
-    return [(x, mul(ct, add(left_derivative, right_derivative)))]
+    return mul(ct, add(left_derivative, right_derivative))
 
 
 @grad_rule(prims.PRIMS["pow"])
