@@ -3,12 +3,13 @@
 In grad mode, each fusion call whose inputs need grad (`t3 = rope_fusion_0(x, cos, sin)`) becomes
 a call of a `DifferentiableUnit`, a `torch.autograd.Function` whose forward runs the fused kernel
 and whose backward runs a backward trace. The backward trace is built from the grad rules
-(`ir.grad_rules`) over the group's prims, recomputing what it needs from the group's inputs, then
-run through the same passes and executors as a forward trace: the Triton executor fuses it, and
-the vectorization analysis gives its accesses their width. Only the inputs that trace reads are
-saved (never an intermediate: fp32 values are recomputed in the backward kernel), and only inputs
-that need grad get a gradient. Everything outside fusion groups runs on torch, which records
-its backward as eager does.
+(`ir.grad_rules`) over the group's prims, reading the group's outputs where the rules read them
+(a sigmoid's, tanh's or exp's output, as eager's formulas save it) and recomputing everything else
+from the group's inputs, then run through the same passes and executors as a forward trace: the
+Triton executor fuses it, and the vectorization analysis gives its accesses their width. Only the
+inputs and outputs that trace reads are saved (never an intermediate: fp32 values are recomputed
+in the backward kernel), and only inputs that need grad get a gradient. Everything outside fusion
+groups runs on torch, which records its backward as eager does.
 
 Limits: double backward (`create_graph=True`) through a unit raises a clear error.
 """
@@ -41,6 +42,7 @@ class DifferentiableUnit:
     sizes: tuple                # argument positions of the sizes the backward reads
     backward: object            # the compiled backward trace
     saved: tuple                # argument positions saved for the backward
+    saved_outputs: tuple        # output positions saved for the backward (after the arguments)
     grads_read: tuple           # output positions whose gradients the backward reads
     grad_inputs: tuple          # argument positions that get a gradient, in backward output order
     reaches: tuple              # per grad input: the output positions it is differentiable into
@@ -55,10 +57,11 @@ class _UnitFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, unit, *args):
         outs = unit.launch(*args[:unit.arity])
-        ctx.unit = unit
-        ctx.save_for_backward(*[args[i] for i in unit.saved])
-        ctx.sizes = [args[i] for i in unit.sizes]
         flat = outs if isinstance(outs, tuple) else (outs,)
+        ctx.unit = unit
+        ctx.save_for_backward(*[args[i] for i in unit.saved],
+                              *[flat[k] for k in unit.saved_outputs])
+        ctx.sizes = [args[i] for i in unit.sizes]
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in flat]
         if unit.non_differentiable:
             ctx.mark_non_differentiable(*[flat[k] for k in unit.non_differentiable])
@@ -234,14 +237,16 @@ def _unit(eqn, launch, tctx, cctx, lower):
     executed = traces[-1]
     free = _free_vars(executed)
     primals = {id(a): i for i, a in enumerate(eqn.args) if isinstance(a, TensorProxy)}
+    results = {id(o): k for k, o in enumerate(eqn.outs) if o is not None}
     grad_of = {id(g): k for k, g in grads.items()}
     saved = [v for v in free if id(v) in primals]
+    saved_outputs = [v for v in free if id(v) in results and id(v) not in primals]
     read = [v for v in free if id(v) in grad_of]
     sizes = [v for v in free if isinstance(v, ScalarProxy)]    # sizes and float arguments
-    unknown = [v for v in free if id(v) not in primals and id(v) not in grad_of
-               and not isinstance(v, ScalarProxy)]
+    unknown = [v for v in free if id(v) not in primals and id(v) not in results
+               and id(v) not in grad_of and not isinstance(v, ScalarProxy)]
     assert not unknown, f"backward of {name} reads {unknown}"
-    inputs = tuple((v.name, v) for v in saved + read + sizes)
+    inputs = tuple((v.name, v) for v in saved + saved_outputs + read + sizes)
     traces = [t.replace(inputs=inputs) for t in [built] + traces]
     from ir.jit import compile_trace      # the jit imports this module
     backward = compile_trace(traces[-1])
@@ -249,13 +254,14 @@ def _unit(eqn, launch, tctx, cctx, lower):
     unit = DifferentiableUnit(
         name, launch, len(eqn.args), tuple(next(i for i, a in enumerate(args) if a is v)
                                            for v in sizes), backward,
-        tuple(primals[id(v)] for v in saved), tuple(grad_of[id(v)] for v in read),
+        tuple(primals[id(v)] for v in saved), tuple(results[id(v)] for v in saved_outputs),
+        tuple(grad_of[id(v)] for v in read),
         tuple(grad_inputs), tuple(_reaches(eqn, i) for i in grad_inputs),
         tuple(k for k, o in enumerate(eqn.outs) if o is not None and not o.requires_grad),
         len(args))
     wrt = ", ".join(eqn.args[i].name for i in grad_inputs)
     info = (f"backward: {traces[-1].name}({', '.join(n for n, _ in inputs)}) -> grads of {wrt}; "
-            f"saves {', '.join(v.name for v in saved) or 'nothing'}")
+            f"saves {', '.join(v.name for v in saved + saved_outputs) or 'nothing'}")
     new = Eqn(UnitPrim(name, "unit", None, None), args,
               {"body": eqn.params["body"], "unit": unit, "backward_info": info,
                "kernel": eqn.params.get("kernel")}, eqn.outs,
@@ -264,9 +270,13 @@ def _unit(eqn, launch, tctx, cctx, lower):
 
 
 def _backward_trace(eqn, tctx, name):
-    """The group's prims (recomputed) followed by their gradients from the rules: a trace from
-    (group inputs, output gradients) to the gradients of the inputs that need grad."""
+    """The group's prims that compute intermediates (recomputed) followed by their gradients
+    from the rules: a trace from (group inputs, group outputs, output gradients) to the gradients
+    of the inputs that need grad. A group output the rules read is read as the forward made it,
+    as eager's formulas read a saved result (a sigmoid's, tanh's, exp's), not recomputed."""
     body = list(eqn.params["body"])
+    results = {id(o) for o in eqn.outs if o is not None}
+    recomputed = [e for e in body if not all(o is None or id(o) in results for o in e.outs)]
     start = len(tctx.eqns)
     memo = dict(tctx.scalar_results), dict(tctx.definitions)
     try:
@@ -296,7 +306,7 @@ def _backward_trace(eqn, tctx, name):
     finally:
         del tctx.eqns[start:]
         tctx.scalar_results, tctx.definitions = memo
-    trace = Trace(name, (), tuple(body + added), outputs,
+    trace = Trace(name, (), tuple(recomputed + added), outputs,
                   "Backward constructed from the grad rules")
     return trace, grads, grad_inputs, [e for e in added if e.prim.kind == "host"]
 
