@@ -101,6 +101,8 @@ def _opmath(vjp):
 # tanh_backward(grad, result) and sigmoid_backward(grad, result): from the output
 _unary("tanh")(_opmath(lambda ct, x, y: mul(ct, sub(1, mul(y, y)))))
 _unary("sigmoid")(_opmath(lambda ct, x, y: mul(mul(ct, sub(1, y)), y)))
+# threshold_backward(grad, result, 0): from the output, 0 where it is <= 0 (NaN passes)
+_unary("relu")(lambda ct, x, y: where(le(y, 0), 0, ct))
 _unary("sqrt")(lambda ct, x, y: div(ct, mul(2, y)))
 _unary("rsqrt")(lambda ct, x, y: mul(mul(ct, -0.5), emit(prims.PRIMS["pow"], y, 3)))
 

@@ -150,6 +150,9 @@ for _name in COMPARE:
 # give hi), each bound a tensor of x's shape and dtype, a number or None (absent); its own prim
 # for eager's gradient (`ir.grad_rules`), which is not the chain of maximum's and minimum's.
 clamp = define("clamp", "elementwise", lambda t, lo, hi: _same(t))
+# relu of a float: x where x is not < 0 (-0.0 and NaN kept), else +0.0; its own prim for
+# eager's gradient, read from the output (threshold_backward: 0 where result <= 0)
+relu = define("relu", "elementwise", lambda t: _same(t))
 silu = define("silu", "elementwise", lambda t: _same(t))
 gelu = define("gelu", "elementwise", lambda t, *, approximate: _same(t))
 

@@ -319,16 +319,11 @@ def clamp_max(input, max):
 
 @register(torch.relu, F.relu, torch.Tensor.relu, methods=("relu",))
 def relu(input, inplace=False):
-    # a select, not clamp(input, 0): its gradient is eager's (0 where input <= 0, NaN passes),
-    # and so are its values: -0.0 stays -0.0, as eager's clamp_min keeps it; the zero's sign is
-    # read by comparisons (1 / -0.0 < 0), which pass no gradient (input * 0 would pass
-    # grad * 0: NaN for an infinite or NaN grad, where eager's is 0)
-    lt, le = METHODS["lt"], METHODS["le"]
-    zero = 0
+    """A float relu is its prim (eager's values, -0.0 kept, and its gradient from the output);
+    an integer one a select (no gradient)."""
     if input.dtype.is_floating_point:
-        negative_zero = full(input.shape, -0.0, dtype=input.dtype, device=input.device)
-        zero = where(lt(input, 0), 0.0, where(lt(div(1, input), 0), negative_zero, 0.0))
-    return where(le(input, 0), zero, input)
+        return bind(prims.relu, input)
+    return where(METHODS["le"](input, 0), 0, input)
 
 
 def _activation(prim, fn, input, **params):

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import ir
 from ir.grad_rules import GRAD_RULES
 from test_fusible_ops import assert_near_eager, cancellation, eager_kernels, normal
+from test_semantics_unary import ulp
 
 NAN, INF = math.nan, math.inf
 EDGES = (0.0, -0.0, NAN, INF, -INF, 1e-40, -1e-40, 3e38, -3e38, 1e4, 1.0, -1.0, 0.5, -2.0, 7.5,
@@ -167,3 +168,40 @@ def test_the_cases_cover_every_grad_rule():
         covered |= {e.prim for e in ir.last_traces(jf)[0].eqns}
     missing = sorted(p.name for p in GRAD_RULES if p not in covered)
     assert not missing, f"grad rules without an edge-value case: {missing}"
+
+
+# name -> (fn, the gradient in float64 from (g, x, y), y being our output where eager reads it)
+ROUNDED_ONCE = {
+    "silu": (lambda x: F.silu(x), None),
+    "gelu": (lambda x: F.gelu(x), None),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), None),
+    "sigmoid": (lambda x: torch.sigmoid(x), lambda g, x, y: g * (1 - y) * y),
+    "tanh": (lambda x: torch.tanh(x), lambda g, x, y: g * (1 - y * y)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=str)
+@pytest.mark.parametrize("name", sorted(ROUNDED_ONCE))
+def test_activation_gradients_of_narrow_floats_are_rounded_once(name, dtype):
+    """eager's tanh/sigmoid/silu/gelu_backward kernels compute in fp32 and round once: within one
+    ulp of the dtype of the exact gradient (float64) rounded, where a chain of fp16/bf16 ops is
+    several ulps off (bf16 silu: 3-4x eager's error)."""
+    fn, from_output = ROUNDED_ONCE[name]
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(4096, generator=gen) * 3).to(dtype)
+    g = torch.randn(4096, generator=gen).to(dtype)
+    jf = ir.jit(fn, executors=["triton"])
+    leaf = x.clone().requires_grad_()
+    y = jf(leaf)
+    (gx,) = torch.autograd.grad(y, leaf, g)
+    if from_output is None:
+        wide = x.double().requires_grad_()
+        (exact,) = torch.autograd.grad(fn(wide), wide, g.double())
+    else:
+        exact = from_output(g.double(), x.double(), y.detach().double())
+    error = (gx.double() - exact).abs()
+    # + fp32's own error, and gelu's cancellation (1 + tanh, 1 - tanh**2 near -1 for x < -3)
+    bound = ulp(exact.to(dtype)).double() + (1e-6 + cancellation(name, x)) * g.double().abs()
+    bad = error > bound
+    assert not bool(bad.any()), (f"at x = {x[bad].tolist()[:4]}: got {gx[bad].tolist()[:4]}, "
+                                 f"exact {exact[bad].tolist()[:4]}")

@@ -61,7 +61,8 @@ UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
              "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
              "sigmoid": "tl.div_rn(1.0, 1.0 + libdevice.exp(-{0}))",
              "tanh": "libdevice.tanh({0})", "erf": "libdevice.erf({0})",
-             "silu": "tl.div_rn({0}, 1.0 + libdevice.exp(-{0}))"}
+             "silu": "tl.div_rn({0}, 1.0 + libdevice.exp(-{0}))",
+             "relu": "tl.where({0} < 0, 0.0, {0})"}
 # gelu by its `approximate`, with eager's constants (sqrt(1/2); sqrt(2/pi) and 0.044715)
 GELU_SRC = {"none": "{0} * 0.5 * (1.0 + libdevice.erf({0} * 0.7071067811865476))",
             "tanh": "0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * "
@@ -801,7 +802,7 @@ NATIVE_NARROW = frozenset({"add", "sub", "mul"})
 # Ops whose number operands eager converts to the op's dtype first (a clamp bound it does not)
 ROUNDED_NUMBERS = frozenset({"add", "sub", "mul", "div"})
 # Ops whose fp32 result is already a value of the operands' dtype: no rounding to do
-EXACT_ON_HELD = frozenset({"neg", "abs", "maximum", "minimum", "clamp"})
+EXACT_ON_HELD = frozenset({"neg", "abs", "maximum", "minimum", "clamp", "relu"})
 
 
 def _native(w, name: str, a: NarrowTile, b: NarrowTile, dtype) -> str:
@@ -1215,7 +1216,7 @@ register(prims.broadcast_in_dim, lower=_broadcast, view=True, merges=_broadcast_
 register(prims.permute, lower=_permute, view=True, merges=_never)
 register(prims.reshape, lower=_reshape, view=True, merges=_never)
 _FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
-               "silu", "gelu"}
+               "silu", "gelu", "relu"}
 _ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "clamp", "neg", "abs", "pow"}
 for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow", "gelu", "clamp"]:
     register(prims.PRIMS[_name], lower=_elementwise, float_only=_name in _FLOAT_ONLY,
