@@ -323,11 +323,13 @@ def build_pow(draw, pool):
 
 
 def build_clamp(draw, pool):
-    """clamp/clip with bounds (either None), crossed bounds (min > max: eager gives max),
-    clamp_min, clamp_max."""
+    """clamp/clip with number bounds (either None), crossed bounds (min > max: eager gives max),
+    clamp_min, clamp_max; or with tensor bounds (see `clamp_tensor_bounds`)."""
     x = choose(draw, pool, numeric)
     if x is None:
         return None
+    if draw(st.booleans()):
+        return clamp_tensor_bounds(draw, pool, x)
     lo, hi = sorted(draw(st.lists(st.sampled_from(
         INT_SCALARS if x.kind == "int" else FLOAT_SCALARS), min_size=2, max_size=2, unique=True)))
     form = draw(st.sampled_from(["both", "crossed", "min", "max"]))
@@ -345,6 +347,31 @@ def build_clamp(draw, pool):
                                      f"{x.name}.clamp(None, {hi})", f"{x.name}.clamp_max({hi})"]))
         mag = max(x.mag, abs(hi))
     return Step(expr, [x], mag)
+
+
+def clamp_tensor_bounds(draw, pool, x):
+    """clamp/clip/clamp_min/clamp_max with tensor bounds that broadcast with x (the result may
+    be larger than x; int and float operands promote). Random bounds cross elementwise (eager
+    gives max there, and its gradient to max); `x.detach()` as a bound ties it with x everywhere
+    (eager gives x all of the gradient, maximum's rule would halve it), one tensor as both bounds
+    ties them (eager gives no one the gradient below lo == hi)."""
+    lo = choose(draw, pool, lambda v: numeric(v) and broadcastable(x.shape, v.shape))
+    hi = choose(draw, pool, lambda v: numeric(v) and broadcastable(x.shape, lo.shape, v.shape))
+    bounds = {"lo": (lo.name, [lo]), "hi": (hi.name, [hi])}
+    tie = draw(st.sampled_from(["none", "x and lo", "x and hi", "lo and hi"]))
+    if tie == "lo and hi":
+        bounds["hi"] = bounds["lo"]
+    elif tie != "none":
+        bounds[tie[-2:]] = (f"{x.name}.detach()", [])
+    used, templates = draw(st.sampled_from([
+        (("lo", "hi"), ["{x}.clamp({lo}, {hi})", "torch.clip({x}, {lo}, {hi})",
+                        "torch.clamp({x}, min={lo}, max={hi})"]),
+        (("lo",), ["torch.clamp({x}, min={lo})", "{x}.clamp_min({lo})", "{x}.clamp({lo}, None)"]),
+        (("hi",), ["{x}.clamp(max={hi})", "torch.clamp_max({x}, {hi})",
+                   "torch.clip({x}, None, {hi})"])]))
+    operands = [x] + [v for b in used for v in bounds[b][1]]
+    expr = draw(st.sampled_from(templates)).format(x=x.name, lo=bounds["lo"][0], hi=bounds["hi"][0])
+    return Step(expr, operands, max(v.mag for v in operands))
 
 
 def build_masked_fill(draw, pool):
