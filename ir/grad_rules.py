@@ -86,6 +86,8 @@ _unary("exp")(lambda ct, x, y: mul(ct, y))
 _unary("log")(lambda ct, x, y: div(ct, x))
 _unary("sin")(lambda ct, x, y: mul(ct, _op("cos")(x)))
 _unary("cos")(lambda ct, x, y: mul(ct, neg(_op("sin")(x))))
+
+
 def _opmath(vjp):
     """vjp as eager's backward kernels (tanh_backward, sigmoid_backward, silu_backward,
     gelu_backward) compute it for fp16/bf16: in fp32 ("opmath"), rounded once to the input's

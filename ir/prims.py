@@ -146,15 +146,15 @@ for _name in COMPARE:
 # Activations, as eager computes them (in fp32 for fp16/bf16, rounded once): silu(x) =
 # x / (1 + exp(-x)); gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))), or with approximate="tanh"
 # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))).
+silu = define("silu", "elementwise", lambda t: _same(t))
+gelu = define("gelu", "elementwise", lambda t, *, approximate: _same(t))
+# relu of a float: x where x is not < 0 (-0.0 and NaN kept), else +0.0; its own prim for
+# eager's gradient, read from the output (threshold_backward: 0 where result <= 0)
+relu = define("relu", "elementwise", lambda t: _same(t))
 # clamp(x, lo, hi): minimum(maximum(x, lo), hi) as eager computes it (NaN wins; crossed bounds
 # give hi), each bound a tensor of x's shape and dtype, a number or None (absent); its own prim
 # for eager's gradient (`ir.grad_rules`), which is not the chain of maximum's and minimum's.
 clamp = define("clamp", "elementwise", lambda t, lo, hi: _same(t))
-# relu of a float: x where x is not < 0 (-0.0 and NaN kept), else +0.0; its own prim for
-# eager's gradient, read from the output (threshold_backward: 0 where result <= 0)
-relu = define("relu", "elementwise", lambda t: _same(t))
-silu = define("silu", "elementwise", lambda t: _same(t))
-gelu = define("gelu", "elementwise", lambda t, *, approximate: _same(t))
 
 # A torch call the tracer does not model; one returning a sequence of one tensor (`x.split`)
 # is indexed, so its single output names the tensor, not the sequence.
