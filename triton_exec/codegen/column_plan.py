@@ -1,8 +1,8 @@
 """Piece-wise columns: a constant innermost extent with cat/pad/slice boundaries inside is
 computed by one program in column chunks (`Chunk`), each a tile [ROWS, width] whose column index
 has the chunk's bounds, so that the index folding decides every piece's mask over it. The
-boundaries are read from the kernel built in a scratch writer. Imports `assembly`, `tile_plan`
-and `kernel_types` from this package.
+boundaries are read from the kernel built in a scratch writer. Imports `analysis`, `assembly`,
+`tile_plan` and `kernel_types` from this package.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The loop over a broadcast dim: which outer dim of the domain a loop inside each program walks
 (`plan_loop`), chosen by building the kernel with each candidate in a scratch writer and counting
-the loads that run once per program, before the loop. Imports `assembly`, `render`, `tile_plan`
-and `pairs` from this package.
+the loads that run once per program, before the loop. Imports `analysis`, `assembly`,
+`column_plan`, `render`, `tile_plan` and `pairs` from this package.
 """
 from __future__ import annotations
 

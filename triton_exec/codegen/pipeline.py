@@ -1,7 +1,8 @@
 """Lowering one fusion group to a kernel, step by step: analyze (`analysis`) -> plan the columns
 (`column_plan`), the loop (`loop_plan`) and the tile (`tile_plan`) -> build the body
-(`assembly`) -> render (`render`). The top of `triton_exec.codegen`: imports the steps, and is
-imported by no file of the package but `__init__`.
+(`assembly`) -> render (`render`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
+without column chunks. The top of `triton_exec.codegen`: imports the steps, and is imported by
+no file of the package but `__init__`.
 """
 from __future__ import annotations
 
