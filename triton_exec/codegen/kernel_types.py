@@ -21,6 +21,7 @@ COMPUTE_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
 def compute_dtype(dtype):
+    """The dtype kernels compute `dtype`'s values in: fp32 for fp16/bf16, else itself."""
     return COMPUTE_DTYPE.get(dtype, dtype)
 
 
@@ -30,6 +31,7 @@ def negative_zero(shape: str) -> str:
 
 
 def is_negative_zero(value) -> bool:
+    """Whether a Python number is -0.0."""
     return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
 
 
@@ -44,6 +46,7 @@ def literal(value, shape: str) -> str:
 
 
 def known(x) -> bool:
+    """Whether a size of the trace is a constant (not a runtime IntProxy)."""
     return not isinstance(x, IntProxy)
 
 

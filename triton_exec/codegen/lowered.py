@@ -106,8 +106,6 @@ class Namespace:
                 return self.take(f"{prefix}{self.counter}")
 
 
-KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "ROWS", "COLS", "VEC", "LOOP", "j",
-                   "pid", "col_blocks", "rows", "cols", "in_domain", "float", "int"}
 # How generated kernels are compiled: no `a * b + c` contracted into one fma (eager rounds the
 # product), so fp32 chains and fp16/bf16 ops round as eager's (`triton_exec.narrow_math`).
 KERNEL_OPTIONS = {"enable_fp_fusion": False}

@@ -13,9 +13,13 @@ from triton_exec import index, vectorize
 from triton_exec.codegen import loads
 from triton_exec.codegen.kernel_types import (
     ARANGES, TL_DTYPE, compute_dtype, is_negative_zero, known, literal, negative_zero)
-from triton_exec.codegen.lowered import KERNEL_RESERVED, Access, Namespace, Param
+from triton_exec.codegen.lowered import Access, Namespace, Param
 from triton_exec.rules import rule_of
 from triton_exec.vectorize import Path
+
+# Names of the kernel's own: the module's imports, the constexprs, the tile's indices and masks
+KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "ROWS", "COLS", "VEC", "LOOP", "j",
+                   "pid", "col_blocks", "rows", "cols", "in_domain", "float", "int"}
 
 
 class KernelWriter:
