@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, modules, passes, prims, recompiles
+from ir import autodiff, diagnostics, module_calls, modules, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -301,7 +301,13 @@ class JitFunction:
             self.__name__ = f"{type(fn.__self__).__name__}.{self.__name__}"
         # a bound method of a module: its module tree joins the cache key (`ir.modules`)
         self.module = modules.owner_module(fn)
-        self.own_hooks = False      # whether the module's own hooks would run (ir.jit(module))
+
+    def options(self) -> dict:
+        """The keyword arguments of `ir.jit` that made this function (executors by name where
+        registered under it)."""
+        executors = [ex.name if _registered(ex) else ex for ex in self.executors
+                     if ex is not torch_executor]
+        return {"executors": executors, "cache": self.cache_mode, "cache_limit": self.cache_limit}
 
     def bind(self, args, kwargs):
         """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
@@ -339,7 +345,7 @@ class JitFunction:
                     raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
             raise
         if self.module is not None:
-            return (modules.structure_key(self.module, self.own_hooks), *key)
+            return (modules.structure_key(self.module), *key)
         return key
 
     def __call__(self, *args, **kwargs):
@@ -437,7 +443,7 @@ class JitFunction:
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with tracing(ctx):
+        with module_calls.intercepting(self.module), tracing(ctx):
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
@@ -512,10 +518,16 @@ def jit(fn, *, executors=None, cache="constant values",
     if isinstance(fn, modules.JitModule):
         fn = fn._orig_mod
     if isinstance(fn, torch.nn.Module):
-        jitted = JitFunction(fn.forward, executors, cache, cache_limit)
-        jitted.own_hooks = True     # its caller runs the JitModule's hooks, not the module's
-        return modules.JitModule(fn, jitted)
+        modules.refuse_wrapper(fn)
+        return modules.JitModule(fn, JitFunction(fn.forward, executors, cache, cache_limit))
     return JitFunction(fn, executors, cache, cache_limit)
+
+
+def _registered(executor) -> bool:
+    try:
+        return get_executor(executor.name) is executor
+    except (KeyError, ValueError):
+        return False
 
 
 def _jitted(jfn) -> JitFunction:
