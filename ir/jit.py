@@ -19,7 +19,8 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, module_calls, modules, passes, prims, recompiles
+from ir import (autodiff, diagnostics, module_attributes, module_calls, modules, passes, prims,
+                recompiles)
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -390,9 +391,10 @@ class JitFunction:
 
     def module_change(self, key) -> str | None:
         """How the module tree differs from the nearest entry's (the fewest modules differing;
-        the newest among equals), where no entry has this one."""
+        the newest among equals), where no entry has this one; else which module attribute an
+        entry of this key read has changed."""
         if self.module is None or any(e.key[:1] == key[:1] for e in self.history):
-            return None
+            return module_attributes.change(self.history, key, self.module)
         nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
         return modules.describe_change(self.module, nearest.key[0], key[0])
 
@@ -443,7 +445,7 @@ class JitFunction:
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with module_calls.intercepting(self.module), tracing(ctx):
+        with module_calls.intercepting(self.module) as calls, tracing(ctx):
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
@@ -480,6 +482,8 @@ class JitFunction:
         if captured:    # implicit inputs: read from their sources at every call
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
+        prologue = module_attributes.guarded(prologue, calls.reads)
+        cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)
 

@@ -15,8 +15,8 @@ else from running a copy of it on zeros; at run time, outputs that differ from i
 symbolic mode the sizes of its arguments are specialized. `ir.explain` lists these calls.
 
 `intercepting()` (around each trace, under the compile lock) replaces `nn.Module.__call__`
-while tracing is under way; calls from other threads, and calls made while the tracer's own
-code runs, go to the original.
+(and `__getattribute__`, for `ir.module_attributes`) while tracing is under way; calls from
+other threads, and calls made while the tracer's own code runs, go to the original.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils import _pytree as pytree
 
-from ir import modules, prims
+from ir import module_attributes, modules, prims
 from ir.proxies import ACTIVE_TRACE, ScalarProxy, TensorProxy, hint
 from ir.tracing import TraceContext, new_tensor, record, specialize, tracing
 
@@ -47,27 +47,34 @@ _NOT_ROLLED_BACK = ("counters", "taken")
 @dataclasses.dataclass
 class _Calls:
     """The module calls of one trace: `root` is the jitted module (None for a function), whose
-    submodules fall back to opaque calls when their forward cannot be traced."""
+    submodules fall back to opaque calls when their forward cannot be traced; `reads` the
+    module attributes it read (`ir.module_attributes`)."""
     root: object
     count: int = 0
+    reads: dict = dataclasses.field(default_factory=dict)
 
 
 @contextlib.contextmanager
 def intercepting(root):
-    """Module calls in the trace run within are intercepted (see the module docstring)."""
+    """Module calls (and module attribute reads) in the trace run within are intercepted (see
+    the module docstring); yields the `_Calls` of the trace."""
     global _patched
-    token = _CALLS.set(_Calls(root))
+    calls = _Calls(root)
+    token, reads_token = _CALLS.set(calls), module_attributes.READS.set(calls.reads)
     with _PATCH_LOCK:
         if _patched == 0:
             torch.nn.Module.__call__ = _traced_call
+            torch.nn.Module.__getattribute__ = module_attributes.tracked_getattribute
         _patched += 1
     try:
-        yield
+        yield calls
     finally:
         with _PATCH_LOCK:
             _patched -= 1
             if _patched == 0:
                 torch.nn.Module.__call__ = _ORIGINAL_CALL
+                del torch.nn.Module.__getattribute__
+        module_attributes.READS.reset(reads_token)
         _CALLS.reset(token)
 
 
@@ -153,18 +160,10 @@ class _Meta:
     requires_grad: bool
 
 
-def module_path(root, module) -> str:
-    if root is not None:
-        for path, mod in root.named_modules():
-            if mod is module:
-                return path or "(top)"
-    return type(module).__name__
-
-
 def record_call(ctx: TraceContext, calls: _Calls, module, args, kwargs, reason: str,
                 traceable: bool = True):
     """Records an opaque call of `module` on these (traced) arguments; returns its outputs."""
-    path = module_path(calls.root, module)
+    path = modules.module_path(calls.root, module)
     with ctx.op(f"module {path!r} (an opaque call: {reason})"):
         args, kwargs = ctx.run(ctx.captured, (args, kwargs))
         flat, arg_spec = pytree.tree_flatten((args, kwargs))

@@ -4,10 +4,11 @@
 The parameters and buffers a traced method reads are inputs of its traces, named after them
 (`blocks_0_attn_qkv_weight`) and read from their module at every call, so an optimizer step,
 `load_state_dict` or a parameter replaced by another of the same kind is seen by the next call.
-The module tree is part of the cache key, as the grad mode is (`structure_key`). A change there (`eval()`, a
-submodule replaced, a parameter set to None, a number attribute changed, weights tied or
-untied) misses the cache and compiles a new entry. A submodule whose call runs hooks is called
-as an opaque call, in eager, at every call (`ir.module_calls`).
+The module tree is part of the cache key, as the grad mode is (`structure_key`). A change
+there (`eval()`, a submodule replaced, a parameter set to None, weights tied or untied, hooks
+added) misses the cache and compiles a new entry; the number attributes a trace read are
+guarded by its entry (`ir.module_attributes`). A submodule whose call runs hooks is called as
+an opaque call, in eager, at every call (`ir.module_calls`).
 """
 from __future__ import annotations
 
@@ -24,9 +25,6 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks",
 _WRAPPERS = {("torch.nn.parallel.distributed", "DistributedDataParallel"),
              ("torch.nn.parallel.data_parallel", "DataParallel"),
              ("torch.distributed.fsdp.fully_sharded_data_parallel", "FullyShardedDataParallel")}
-# The attribute values a module record holds (see `structure_key`): numbers, bools, strings,
-# None, and tuples of them (a Conv's stride).
-_SCALAR_TYPES = frozenset({int, float, bool, str, type(None)})
 
 
 def owner_module(fn):
@@ -42,6 +40,15 @@ def wrapper_name(module) -> str | None:
         if (cls.__module__, cls.__name__) in _WRAPPERS:
             return cls.__name__
     return None
+
+
+def module_path(root, module) -> str:
+    """`module`'s path in the tree of `root` (`blocks.0.attn`, `(top)`), else its class name."""
+    if isinstance(root, torch.nn.Module):
+        for path, mod in root.named_modules():
+            if mod is module:
+                return path or "(top)"
+    return type(module).__name__
 
 
 def has_hooks(module) -> bool:
@@ -81,34 +88,11 @@ def state_sources(module) -> dict:
     return found
 
 
-_NOT_GUARDED = object()
-
-
-def _attribute_value(value):
-    """A module attribute's value as its record holds it (floats by their bits: a NaN equals
-    itself, -0.0 is not 0.0), or _NOT_GUARDED for values of other types."""
-    kind = type(value)
-    if kind is float:
-        return value.hex() if value == value else "nan"
-    if kind in _SCALAR_TYPES or (kind is tuple and all(type(v) in _SCALAR_TYPES for v in value)):
-        return value
-    return _NOT_GUARDED
-
-
-def _attributes(d: dict) -> tuple:
-    """(name, type, value) of the number, bool, string, None and tuple attributes of a module's
-    `__dict__` (its hyperparameters: `eps`, `p`, `temperature`), but `training`."""
-    return tuple(item for item in ((name, type(value), _attribute_value(value))
-                                   for name, value in d.items()
-                                   if name[0] != "_" and name != "training")
-                 if item[2] is not _NOT_GUARDED)
-
-
 def structure_key(module) -> tuple:
     """What the traces of `module`'s methods take as constant about its tree: one record per
     module (depth first) of its identity, class, training flag, the names of its parameters and
-    buffers, which of them are None, whether calling it runs hooks (then the trace calls it as
-    an opaque call) and its number, bool, string and None attributes; then which state slots
+    buffers, which of them are None and whether calling it runs hooks (then the trace calls it
+    as an opaque call); then which state slots
     hold one tensor (tied weights), as (slot, first slot holding it) pairs. Run at every call:
     kept to plain dict and tuple work."""
     records, stack, ties, first_slot, slot = [], [module], [], {}, 0
@@ -131,7 +115,7 @@ def structure_key(module) -> tuple:
             global_hooks or d["_forward_hooks"] or d["_forward_pre_hooks"]
             or d["_backward_hooks"] or d["_backward_pre_hooks"])
         records.append((id(mod), mod.__class__, mod.training, tuple(params), tuple(buffers),
-                        unset, hooked, _attributes(d)))
+                        unset, hooked))
         children = d["_modules"]
         if children:
             stack.extend(child for child in reversed(children.values()) if child is not None)
@@ -148,23 +132,6 @@ def distance(old: tuple, new: tuple) -> int:
 def _set_names(record, field) -> list:
     """The names of a module record's parameters (field 3) or buffers (4) that are not None."""
     return [name for name in record[field] if name not in record[5]]
-
-
-def _shown(kind, value):
-    """A guarded attribute's value for people (floats are held by their bits)."""
-    if kind is float:
-        return float("nan") if value == "nan" else float.fromhex(value)
-    return value
-
-
-def _attribute_change(was: tuple, now: tuple) -> str | None:
-    before, after = {a[0]: a[1:] for a in was}, {a[0]: a[1:] for a in now}
-    for name in {**before, **after}:
-        if before.get(name) != after.get(name):
-            old = _shown(*before[name]) if name in before else "(unset)"
-            new = _shown(*after[name]) if name in after else "(unset)"
-            return f"attribute {name!r} changed {old!r} -> {new!r}"
-    return None
 
 
 def describe_change(module, old: tuple, new: tuple) -> str | None:
@@ -188,9 +155,6 @@ def describe_change(module, old: tuple, new: tuple) -> str | None:
         if was[6] != now[6]:
             return (f"{where}: hooks {'added: it now runs' if now[6] else 'removed: it no longer runs'}"
                     " as an opaque call in eager")
-        change = _attribute_change(was[7], now[7])
-        if change:
-            return f"{where}: {change}"
         return f"{where}: its parameters or buffers changed"
     if len(old) != len(new):
         return f"the module tree changed: {len(old)} -> {len(new)} modules"

@@ -278,6 +278,12 @@ def test_a_changed_number_attribute_recompiles_and_the_record_names_it(caplog):
         jm.temperature = 0.25
         torch.testing.assert_close(jm(x), model(x))
     assert "module '(top)': attribute 'temperature' changed 1.0 -> 0.25" in caplog.text
+    misses = ir.cache_stats(jm).misses
+    jm.unread = 1.0                     # an attribute the forward does not read: not guarded
+    jm(x)
+    jm.unread = 2.0
+    jm(x)
+    assert ir.cache_stats(jm).misses == misses
     jm.mask = torch.full((8,), 3.0)      # an input, read at the call: no recompile
     torch.testing.assert_close(jm(x), model(x))
     assert "mask" in [name for name, _ in ir.last_traces(jm)[-1].inputs]
