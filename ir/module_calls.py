@@ -40,8 +40,8 @@ _ORIGINAL_CALL = torch.nn.Module.__call__
 _PATCH_LOCK = threading.Lock()
 _patched = 0        # traces under way that intercept module calls
 _CALLS: ContextVar = ContextVar("ir_module_calls", default=None)
-# TraceContext fields that a rollback keeps: names once generated are never reused
-_NOT_ROLLED_BACK = ("counters", "taken")
+# TraceContext fields that a rollback keeps: generated names are never reused
+_NOT_ROLLED_BACK = ("counters",)
 
 
 @dataclasses.dataclass
@@ -215,7 +215,11 @@ def _output_metadata(module, args, kwargs, traceable: bool):
         z = torch.zeros([hint(s) for s in x.shape], dtype=x.dtype, device=x.device)
         return z.requires_grad_() if x.requires_grad else z
     args, kwargs = pytree.tree_map(zeros, (args, kwargs))
-    return pytree.tree_map(_meta, clone.forward(*args, **kwargs))
+    token = module_attributes.READS.set(None)    # the copy's attributes guard nothing
+    try:
+        return pytree.tree_map(_meta, clone.forward(*args, **kwargs))
+    finally:
+        module_attributes.READS.reset(token)
 
 
 def _traced_apart(module, args, kwargs):

@@ -169,8 +169,10 @@ def test_a_submodule_that_cannot_be_traced_runs_as_an_opaque_call(caplog):
         torch.testing.assert_close(p.grad, q.grad)
     assert ir.cache_stats(jm).misses == 1 and triton_exec.last_kernels(jm)
     [call] = ir.explain(jm, x).module_calls
-    assert call["module"] == "branch" and "depends on data" in call["reason"]
-    with pytest.raises(NotImplementedError, match="depends on data"):   # the top module's own
+    assert call["module"] == "branch" and "cannot be traced" in call["reason"]
+    assert "fc_weight" in [name for name, _ in ir.last_traces(jm)[-1].inputs]   # rolled back
+    assert "branch_scale" not in [name for name, _ in ir.last_traces(jm)[-1].inputs]
+    with pytest.raises(NotImplementedError):    # the top module's own: the user's error
         ir.jit(DataDependent())(x)
 
 
