@@ -68,5 +68,6 @@ def change(entries, key, root) -> str | None:
             if type(now) is not kind or _held(now) != value:
                 was = float.fromhex(value) if kind is float else value
                 shown = "(unset)" if now is _MISSING else repr(now)
-                return f"module {modules.module_path(root, module)!r}: attribute {name!r} changed {was!r} -> {shown}"
+                return (f"module {modules.module_path(root, module)!r}: attribute {name!r} "
+                        f"changed {was!r} -> {shown}")
     return None

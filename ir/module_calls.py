@@ -129,9 +129,9 @@ class ModuleCall:
         if spec != self.out_spec or any(not _matches(x, e) for x, e in zip(flat, self.expected)):
             raise RuntimeError(
                 f"ir.jit: the opaque call of module {self.path!r} returned "
-                f"{_described(flat, spec)} where tracing found {_described(self.expected, self.out_spec)}"
-                " (its hooks or its data changed its outputs' structure, shapes or dtypes); "
-                "the jitted function cannot use it")
+                f"{_described(flat, spec)} where tracing found "
+                f"{_described(self.expected, self.out_spec)} (its hooks or its data changed its "
+                "outputs' structure, shapes or dtypes); the jitted function cannot use it")
         return tuple(x for x in flat if isinstance(x, torch.Tensor))
 
 

@@ -92,9 +92,8 @@ def structure_key(module) -> tuple:
     """What the traces of `module`'s methods take as constant about its tree: one record per
     module (depth first) of its identity, class, training flag, the names of its parameters and
     buffers, which of them are None and whether calling it runs hooks (then the trace calls it
-    as an opaque call); then which state slots
-    hold one tensor (tied weights), as (slot, first slot holding it) pairs. Run at every call:
-    kept to plain dict and tuple work."""
+    as an opaque call); then which state slots hold one tensor (tied weights), as (slot, first
+    slot holding it) pairs. Run at every call: kept to plain dict and tuple work."""
     records, stack, ties, first_slot, slot = [], [module], [], {}, 0
     global_hooks = _global_hooks()
     while stack:
@@ -153,8 +152,8 @@ def describe_change(module, old: tuple, new: tuple) -> str | None:
             if before != after:
                 return f"{where}: its {kind} changed {before} -> {after}"
         if was[6] != now[6]:
-            return (f"{where}: hooks {'added: it now runs' if now[6] else 'removed: it no longer runs'}"
-                    " as an opaque call in eager")
+            now_runs = "added: it now runs" if now[6] else "removed: it no longer runs"
+            return f"{where}: hooks {now_runs} as an opaque call in eager"
         return f"{where}: its parameters or buffers changed"
     if len(old) != len(new):
         return f"the module tree changed: {len(old)} -> {len(new)} modules"
