@@ -3,7 +3,8 @@ three kinds become one opaque call that runs the submodule in eager, hooks and a
 call of the computation:
 
 - a submodule whose call runs hooks (forward, pre-forward, backward; or global module hooks
-  exist): traced, the hooks would run once, at tracing;
+  exist; or a forward replaced on the instance, as accelerate's hooks do): traced, the hooks
+  would run once, at tracing;
 - a wrapper whose forward does per-call work (DDP, DataParallel, FSDP; `modules.wrapper_name`);
 - in a jitted module or method, a submodule whose forward cannot be traced (ir.jit raises
   NotImplementedError in it: data-dependent control flow, an op it refuses): the trace is rolled
@@ -201,8 +202,7 @@ def _output_metadata(module, args, kwargs, traceable: bool):
         except Exception:      # noqa: BLE001  (the copy's eager run raises eager's error)
             pass
     try:
-        clone = copy.deepcopy(module._orig_mod if isinstance(module, modules.JitModule)
-                              else module)
+        clone = copy.deepcopy(_inner(module))
     except Exception as error:  # noqa: BLE001
         raise NotImplementedError(
             f"ir.jit: module {type(module).__name__} runs as an opaque call, but its outputs "
@@ -217,14 +217,26 @@ def _output_metadata(module, args, kwargs, traceable: bool):
     args, kwargs = pytree.tree_map(zeros, (args, kwargs))
     token = module_attributes.READS.set(None)    # the copy's attributes guard nothing
     try:
-        return pytree.tree_map(_meta, clone.forward(*args, **kwargs))
+        return pytree.tree_map(_meta, type(clone).forward(clone, *args, **kwargs))
     finally:
         module_attributes.READS.reset(token)
 
 
+def _inner(module):
+    """The module whose forward computes what calling `module` does, less its per-call work:
+    the original of a JitModule, the module a wrapper (DDP) wraps."""
+    while True:
+        if isinstance(module, modules.JitModule):
+            module = module._orig_mod
+        elif modules.wrapper_name(module) is not None:
+            module = module.module
+        else:
+            return module
+
+
 def _traced_apart(module, args, kwargs):
-    """The outputs' metadata from tracing the forward of `module` (without its hooks) in a trace
-    of its own, on stand-ins of the arguments; the module's tensors become its inputs (a
+    """The outputs' metadata from tracing the forward of `module`'s class (without its hooks, or
+    a forward replaced on the instance) in a trace of its own, on stand-ins of the arguments; the module's tensors become its inputs (a
     DTensor of a sharded module by its global shape)."""
     from ir.jit import _input_proxy
     sub = TraceContext(symbolic=False)
@@ -239,9 +251,9 @@ def _traced_apart(module, args, kwargs):
                                x.device, x.requires_grad)
         return x
     args, kwargs = pytree.tree_map(stand_in, (args, kwargs))
-    target = module._orig_mod if isinstance(module, modules.JitModule) else module
+    target = _inner(module)
     with tracing(sub):
-        out = target.forward(*args, **kwargs)
+        out = type(target).forward(target, *args, **kwargs)
         out = sub.run(sub.captured, out)
     return pytree.tree_map(_meta, out)
 

@@ -52,10 +52,11 @@ def module_path(root, module) -> str:
 
 
 def has_hooks(module) -> bool:
-    """Whether calling `module` runs hooks: its own, or global module hooks."""
+    """Whether calling `module` runs hooks: its own, global module hooks, or a forward replaced
+    on the instance (as accelerate's hooks do)."""
     d = module.__dict__
     return bool(d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
-                or d["_backward_pre_hooks"] or _global_hooks())
+                or d["_backward_pre_hooks"] or "forward" in d or _global_hooks())
 
 
 def _global_hooks() -> bool:
@@ -112,7 +113,7 @@ def structure_key(module) -> tuple:
                 slot += 1
         hooked = mod is not module and bool(
             global_hooks or d["_forward_hooks"] or d["_forward_pre_hooks"]
-            or d["_backward_hooks"] or d["_backward_pre_hooks"])
+            or d["_backward_hooks"] or d["_backward_pre_hooks"] or "forward" in d)
         records.append((id(mod), mod.__class__, mod.training, tuple(params), tuple(buffers),
                         unset, hooked))
         children = d["_modules"]

@@ -113,6 +113,29 @@ def test_an_opaque_call_is_listed_by_explain_and_hooks_added_or_removed_recompil
     assert (ir.cache_stats(jm).misses, ir.cache_stats(jm).hits) == (2, 1)
 
 
+def test_a_forward_replaced_on_the_instance_runs_at_every_call():
+    """As accelerate's hooks do: `module.forward` replaced by a function calling the old one."""
+    def add_hook(module, log):
+        old_forward = module.forward
+
+        def new_forward(*args, **kwargs):
+            log.append(args[0].shape)
+            return old_forward(*args, **kwargs) + 1
+        module.forward = new_forward
+
+    model = fresh()
+    reference = copy.deepcopy(model)
+    log, reference_log = [], []
+    add_hook(model.norm, log)
+    add_hook(reference.norm, reference_log)
+    jm = ir.jit(model, executors=["triton"])
+    x = torch.randn(3, 8)
+    for _ in range(3):
+        torch.testing.assert_close(jm(x), reference(x))
+    assert log == reference_log == [torch.Size([3, 8])] * 3
+    assert [c["module"] for c in ir.explain(jm, x).module_calls] == ["norm"]
+
+
 def test_global_module_hooks_make_every_submodule_call_opaque():
     model = fresh()
     jm = ir.jit(model, executors=["triton"])
