@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import warnings
 
+from ir import module_attributes
 from ir.executors import torch_executor
 from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
@@ -168,7 +169,9 @@ def explanation(jfn, entry) -> Explanation:
         function=jfn.__name__, cache=jfn.cache_mode, executors=[ex.name for ex in jfn.executors],
         fusion_groups=fusion_groups(trace), left_to_torch=left_to_torch(trace, jfn.executors),
         specialized=_specialized(entry), module_calls=module_calls(trace),
-        guards=guard_lines(entry), prologue=str(entry.prologue),
+        guards=guard_lines(entry) + module_attributes.describe(
+            entry.extra.get("module_attributes", {}), jfn.module),
+        prologue=str(entry.prologue),
         trace=str(trace))
 
 

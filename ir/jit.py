@@ -482,7 +482,7 @@ class JitFunction:
         if captured:    # implicit inputs: read from their sources at every call
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
-        prologue = module_attributes.guarded(prologue, calls.reads)
+        prologue = module_attributes.guarded(prologue, calls.reads, self.module)
         cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)

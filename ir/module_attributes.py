@@ -40,8 +40,16 @@ def tracked_getattribute(module, name: str):
     return value
 
 
-def guarded(prologue, reads: dict):
-    """The prologue, also checking that the attributes read keep their type and value."""
+def describe(reads: dict, root) -> list[str]:
+    """One line per attribute read: `module 'norm': eps is float 1e-05`."""
+    return [f"module {modules.module_path(root, module)!r}: {name} is {kind.__name__} "
+            f"{float.fromhex(value) if kind is float else value!r}"
+            for module, name, kind, value in reads.values()]
+
+
+def guarded(prologue, reads: dict, root):
+    """The prologue, also checking (first) that the attributes read keep their type and value;
+    its source lists them."""
     if not reads:
         return prologue
     checks = tuple((module.__dict__, name, kind, value)
@@ -53,8 +61,12 @@ def guarded(prologue, reads: dict):
             if type(now) is not kind or _held(now) != value:
                 return False
         return True
-    return dataclasses.replace(prologue, fn=lambda *args: unchanged() and prologue.fn(*args),
-                               after_key=lambda *args: unchanged() and prologue.after_key(*args))
+    listed = "".join(f"\n#   {line}" for line in describe(reads, root))
+    return dataclasses.replace(
+        prologue, source=f"{prologue.source}\n# and, checked first, the module attributes the "
+                         f"trace read (ir.module_attributes):{listed}",
+        fn=lambda *args: unchanged() and prologue.fn(*args),
+        after_key=lambda *args: unchanged() and prologue.after_key(*args))
 
 
 def change(entries, key, root) -> str | None:

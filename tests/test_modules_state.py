@@ -303,6 +303,8 @@ def test_a_changed_number_attribute_recompiles_and_the_record_names_it(caplog):
         jm.temperature = 0.25
         torch.testing.assert_close(jm(x), model(x))
     assert "module '(top)': attribute 'temperature' changed 1.0 -> 0.25" in caplog.text
+    assert "module '(top)': temperature is float 0.25" in ir.explain(jm, x).guards
+    assert "module '(top)': temperature is float 0.25" in str(ir.last_prologue(jm))
     misses = ir.cache_stats(jm).misses
     jm.unread = 1.0                     # an attribute the forward does not read: not guarded
     jm(x)
