@@ -113,6 +113,24 @@ def test_an_opaque_call_is_listed_by_explain_and_hooks_added_or_removed_recompil
     assert (ir.cache_stats(jm).misses, ir.cache_stats(jm).hits) == (2, 1)
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_an_opaque_call_in_symbolic_mode_specializes_its_sizes(grad):
+    model = fresh()
+    seen = []
+    model.norm.register_forward_hook(lambda m, args, out: seen.append(out.shape[0]))
+    jm = ir.jit(model, executors=["triton"], cache="symbolic values")
+    with torch.set_grad_enabled(grad):
+        for rows in (3, 5, 3):
+            x = torch.randn(rows, 8)
+            got = jm(x)
+            assert got.requires_grad == grad
+            torch.testing.assert_close(got, model(x))
+    assert seen == [3, 3, 5, 5, 3, 3]       # the jitted call's and the eager one's
+    assert (ir.cache_stats(jm).misses, ir.cache_stats(jm).hits) == (2, 1)
+    causes = [s["cause"] for s in ir.explain(jm, x).specialized if s["of"] == "x.shape[0]"]
+    assert causes == ["module 'norm' (an opaque call: its call runs hooks)"]
+
+
 def test_a_forward_replaced_on_the_instance_runs_at_every_call():
     """As accelerate's hooks do: `module.forward` replaced by a function calling the old one."""
     def add_hook(module, log):
