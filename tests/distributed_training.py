@@ -13,6 +13,8 @@ B, T = 2, 16
 # name -> (recipe, jitted); each jitted recipe is compared with the eager one of its kind
 RECIPES = {
     "ddp": ("ddp", False), "ddp_jit": ("ddp", True),
+    # a DDP inside the jitted module: an opaque call, its communication at every call
+    "ddp_inside_jit": ("ddp_inside", True),
     "fsdp2": ("fsdp2", False), "fsdp2_jit": ("fsdp2", True),
     "fsdp2_blocks": ("fsdp2_blocks", False),
     # each block jitted, then sharded (fuses inside the blocks), then the model
@@ -33,6 +35,9 @@ def wrap(recipe: str, jitted: bool, model):
     if recipe == "ddp":
         module = jit(model) if jitted else model
         return DistributedDataParallel(module), [module] if jitted else []
+    if recipe == "ddp_inside":
+        module = jit(Scaled(DistributedDataParallel(model)))
+        return module, [module]
     if recipe == "fsdp2":
         module = jit(model) if jitted else model
         return fully_shard(module), [module] if jitted else []
@@ -47,6 +52,17 @@ def wrap(recipe: str, jitted: bool, model):
         return fully_shard(model), []
     module = jit(model)
     return fully_shard(module), [module]
+
+
+class Scaled(torch.nn.Module):
+    """A module calling a DDP-wrapped model, then an elementwise op (exact: * 1.0) to fuse."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx):
+        return self.inner(idx) * 1.0
 
 
 def train(recipe: str, jitted: bool, rank: int):

@@ -1,8 +1,9 @@
 """The jitted GPT inside DistributedDataParallel and FSDP2 (`fully_shard`): 2 CPU processes on
 the gloo backend over loopback, spawned once here (bounded in time); 3 AdamW steps on each
 rank's own batches give the losses, gradients and parameters of eager DDP / FSDP2, in each
-recipe: the whole jitted model wrapped; each block jitted then sharded; the blocks sharded
-first, then the whole model jitted (the sharded blocks run as opaque calls)."""
+recipe: the whole jitted model wrapped; a DDP inside a jitted module (an opaque call); each
+block jitted then sharded; the blocks sharded first, then the whole model jitted (the sharded
+blocks run as opaque calls)."""
 import socket
 import sys
 import time
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import distributed_training  # noqa: E402
 
 TIMEOUT_S = 420     # a hung collective fails the test instead of hanging the suite
-EAGER = {"ddp_jit": "ddp", "fsdp2_jit": "fsdp2", "fsdp2_blocks_jit": "fsdp2_blocks",
+EAGER = {"ddp_jit": "ddp", "ddp_inside_jit": "ddp", "fsdp2_jit": "fsdp2", "fsdp2_blocks_jit": "fsdp2_blocks",
          "fsdp2_blocks_sharded_jit": "fsdp2_blocks"}
 
 
