@@ -196,18 +196,18 @@ def record_call(ctx: TraceContext, calls: _Calls, module, args, kwargs, reason: 
 def _output_metadata(module, args, kwargs, traceable: bool):
     """The outputs of `module(*args, **kwargs)` with each tensor as its `_Meta`: from tracing
     its forward apart (no hooks run), else from running a copy of it on zeros."""
+    traced = "its forward cannot be traced"
     if traceable:
         try:
             return _traced_apart(module, args, kwargs)
-        except Exception:      # noqa: BLE001  (the copy's eager run raises eager's error)
-            pass
+        except Exception as error:   # noqa: BLE001  (the copy's eager run raises eager's error)
+            traced = f"tracing its forward failed ({type(error).__name__}: {error})"
     try:
         clone = copy.deepcopy(_inner(module))
     except Exception as error:  # noqa: BLE001
         raise NotImplementedError(
             f"ir.jit: module {type(module).__name__} runs as an opaque call, but its outputs "
-            f"could not be found: tracing its forward failed and copying it failed ({error})"
-        ) from error
+            f"could not be found: {traced}, and copying it failed ({error})") from error
 
     def zeros(x):
         if not isinstance(x, TensorProxy):
