@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import triton_exec
 from hypothesis import given, settings, strategies as st
 
-from test_modules import Net, fresh
+from test_modules import fresh
 
 
 def _hooks():
