@@ -19,7 +19,8 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, modules, passes, prims, recompiles
+from ir import (autodiff, diagnostics, module_attributes, module_calls, modules, passes, prims,
+                recompiles)
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -301,7 +302,13 @@ class JitFunction:
             self.__name__ = f"{type(fn.__self__).__name__}.{self.__name__}"
         # a bound method of a module: its module tree joins the cache key (`ir.modules`)
         self.module = modules.owner_module(fn)
-        self.own_hooks = False      # whether the module's own hooks would run (ir.jit(module))
+
+    def options(self) -> dict:
+        """The keyword arguments of `ir.jit` that made this function (executors by name where
+        registered under it)."""
+        executors = [ex.name if _registered(ex) else ex for ex in self.executors
+                     if ex is not torch_executor]
+        return {"executors": executors, "cache": self.cache_mode, "cache_limit": self.cache_limit}
 
     def bind(self, args, kwargs):
         """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
@@ -339,7 +346,7 @@ class JitFunction:
                     raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
             raise
         if self.module is not None:
-            return (modules.structure_key(self.module, self.own_hooks), *key)
+            return (modules.structure_key(self.module), *key)
         return key
 
     def __call__(self, *args, **kwargs):
@@ -384,9 +391,10 @@ class JitFunction:
 
     def module_change(self, key) -> str | None:
         """How the module tree differs from the nearest entry's (the fewest modules differing;
-        the newest among equals), where no entry has this one."""
+        the newest among equals), where no entry has this one; else which module attribute an
+        entry of this key read has changed."""
         if self.module is None or any(e.key[:1] == key[:1] for e in self.history):
-            return None
+            return module_attributes.change(self.history, key, self.module)
         nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
         return modules.describe_change(self.module, nearest.key[0], key[0])
 
@@ -437,7 +445,7 @@ class JitFunction:
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with tracing(ctx):
+        with module_calls.intercepting(self.module) as calls, tracing(ctx):
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
@@ -474,6 +482,8 @@ class JitFunction:
         if captured:    # implicit inputs: read from their sources at every call
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
+        prologue = module_attributes.guarded(prologue, calls.reads, self.module)
+        cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)
 
@@ -512,10 +522,16 @@ def jit(fn, *, executors=None, cache="constant values",
     if isinstance(fn, modules.JitModule):
         fn = fn._orig_mod
     if isinstance(fn, torch.nn.Module):
-        jitted = JitFunction(fn.forward, executors, cache, cache_limit)
-        jitted.own_hooks = True     # its caller runs the JitModule's hooks, not the module's
-        return modules.JitModule(fn, jitted)
+        modules.refuse_wrapper(fn)
+        return modules.JitModule(fn, JitFunction(fn.forward, executors, cache, cache_limit))
     return JitFunction(fn, executors, cache, cache_limit)
+
+
+def _registered(executor) -> bool:
+    try:
+        return get_executor(executor.name) is executor
+    except (KeyError, ValueError):
+        return False
 
 
 def _jitted(jfn) -> JitFunction:
