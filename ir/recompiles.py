@@ -163,7 +163,11 @@ def _unpack(name, value) -> list[str]:
 
 
 def entry_failures(entry, args, constant: bool) -> list[str]:
-    """Every argument check of `entry` that `args` fail; else the first failing guard, if any."""
+    """Every argument check of `entry` that `args` fail; else the first failing guard, if any.
+    The checks read what the entry's traces take: deep containers flat, implicit inputs (captured
+    tensors, module state) read from their sources."""
+    if entry.arguments is not None:
+        args = entry.arguments(args)
     failed = list(mismatches(entry.traces[0].inputs, args, constant))
     if failed:
         return failed
