@@ -28,6 +28,11 @@ def active_trace():
     return ctx
 
 
+class DataDependentError(NotImplementedError):
+    """Python code read a traced tensor's data (`if mask.all():`, `bool(t)`, `t.item()`,
+    `float(t)`): its value is known only when the computation runs, so no trace can branch on it."""
+
+
 class Var:
     """A named value of a trace: an input, or an output of one equation."""
 
@@ -232,11 +237,6 @@ class TensorProxy(Var):
             raise TypeError("iteration over a 0-d tensor")
         return iter(active_trace().call_method("unbind", self, ()))
 
-    def __bool__(self):
-        raise NotImplementedError(
-            f"the truth value of traced tensor {self.name} depends on data; data-dependent control "
-            "flow is not supported")
-
     def __getattr__(self, name):
         return active_trace().tensor_method(self, name)
 
@@ -266,6 +266,20 @@ def _in_place(name):
                                   "(eager would mutate the tensor; write x = x + y instead)")
     method.__name__ = name
     return method
+
+
+def _reads_data(operation):
+    def method(self, *args, **kwargs):
+        active_trace().reads_data(operation, self)
+    method.__name__ = operation
+    return method
+
+
+# Python values of a tensor's data: refused while tracing (`DataDependentError`)
+for _name, _operation in (("__bool__", "bool()"), ("__float__", "float()"), ("__int__", "int()"),
+                          ("__complex__", "complex()"), ("item", ".item()"),
+                          ("tolist", ".tolist()"), ("numpy", ".numpy()")):
+    setattr(TensorProxy, _name, _reads_data(_operation))
 
 
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
