@@ -810,14 +810,21 @@ def unbind(input, dim=0):
                  for i in range(specialize(input.shape[d])))
 
 
+def _legacy_empty(t) -> bool:
+    """A 1-d tensor of size 0 (`torch.tensor([])`), which eager's cat skips (a KV cache starts as
+    one) but for the dtype of the result."""
+    return t.ndim == 1 and isinstance(t.shape[0], int) and t.shape[0] == 0
+
+
 @register(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of tensors")
+    dtype = meta_dtype(lambda *ts: torch.cat(ts, dim), *tensors)
+    tensors = [t for t in tensors if not _legacy_empty(t)] or tensors
     ndim = tensors[0].ndim
     d = _dim(dim, ndim)
-    dtype = meta_dtype(lambda *ts: torch.cat(ts, d), *tensors)
     for t in tensors[1:]:
         if t.ndim != ndim:
             raise RuntimeError(f"torch.cat(): tensors must have the same rank, got {ndim} and "
