@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import re
 
+import torch
 from torch.utils import _pytree as pytree
 
 from ir.proxies import IntProxy, TensorProxy, Var
 
 _PLAIN = (tuple, list, dict)
-_OUTPUT_LITERALS = (bool, int, float, complex, str, type(None))
+# leaves an output may hold besides traced values: numbers, and literals that generated code
+# writes as themselves
+_OUTPUT_LITERALS = (bool, int, float, complex, str, type(None), torch.dtype, torch.layout,
+                    torch.memory_format)
 
 
 class Keywords(dict):

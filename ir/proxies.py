@@ -205,6 +205,14 @@ class TensorProxy(Var):
         return active_trace().call_torch(func, args, kwargs or {})
 
     @property
+    def __class__(self):
+        """torch.Tensor, so that `isinstance(t, torch.Tensor)` and `torch.is_tensor(t)` take the
+        branch they take on eager's tensors, at no cost to tracing (`type(t)` is still
+        TensorProxy, and PyTorch's argument parser hands the proxy to `__torch_function__`
+        before it looks at its class)."""
+        return torch.Tensor
+
+    @property
     def ndim(self) -> int:
         return len(self.shape)
 

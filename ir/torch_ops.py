@@ -445,6 +445,10 @@ HANDLERS[torch.numel] = HANDLERS[torch.Tensor.numel] = TensorProxy.numel
 METHODS["numel"] = METHODS["nelement"] = TensorProxy.numel
 METHODS["dim"] = METHODS["ndimension"] = TensorProxy.dim
 METHODS["element_size"] = lambda input: input.dtype.itemsize
+METHODS["get_device"] = lambda input: input.device.index if input.device.type != "cpu" else -1
+METHODS["is_signed"] = lambda input: input.dtype.is_signed
+HANDLERS[torch.Tensor.get_device] = METHODS["get_device"]
+HANDLERS[torch.Tensor.is_signed] = METHODS["is_signed"]
 
 
 @register(torch.is_floating_point, torch.Tensor.is_floating_point, methods=("is_floating_point",))
@@ -460,6 +464,23 @@ def is_complex(input):
 @register(torch.Tensor.is_contiguous, methods=("is_contiguous",))
 def is_contiguous(input, memory_format=torch.contiguous_format):
     return layout_meta(input).is_contiguous(memory_format=memory_format)
+
+
+@register(torch.Tensor.stride, methods=("stride",))
+def stride(input, dim=None):
+    """Eager's strides of the traced tensor (`layout_meta`): of a contiguous one, products of its
+    sizes (symbolic where they are); of another, its strides with its sizes specialized."""
+    meta = layout_meta(input)
+    if meta.is_contiguous():
+        strides, step = [], 1
+        for size in reversed(input.shape):
+            strides.insert(0, step)
+            step = step * size
+    else:
+        for size in input.shape:
+            specialize(size)
+        strides = list(meta.stride())
+    return tuple(strides) if dim is None else strides[dim]
 
 
 @register(torch.Tensor.cpu, methods=("cpu",))
@@ -478,6 +499,15 @@ def _matrix_transpose(input):
 PROPERTIES = {"T": lambda input: permute(input, tuple(reversed(range(input.ndim)))),
               "mT": _matrix_transpose}
 PROPERTIES["H"], PROPERTIES["mH"] = PROPERTIES["T"], PROPERTIES["mT"]
+# Attributes that library code reads of a tensor, answered from the metadata (traced tensors are
+# dense, strided and real: `ir.jit` refuses other arguments)
+PROPERTIES.update({
+    "layout": lambda input: torch.strided, "itemsize": lambda input: input.dtype.itemsize,
+    "nbytes": lambda input: input.numel() * input.dtype.itemsize,
+    "is_cpu": lambda input: input.device.type == "cpu",
+    "is_meta": lambda input: input.device.type == "meta",
+    **dict.fromkeys(("is_sparse", "is_quantized", "is_nested", "is_mkldnn", "is_sparse_csr"),
+                    lambda input: False)})
 
 
 # ---- views and resizes ---------------------------------------------------------------------
