@@ -148,6 +148,11 @@ class TraceContext:
             "such code eagerly between compiled graphs, or compute both branches with "
             "torch.where.")
 
+    def tensor_attribute(self, tensor, name: str, args, kwargs):
+        """`tensor.name(*args, **kwargs)`, or the property `tensor.name` (no arguments)."""
+        attribute = self.tensor_method(tensor, name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
+
     def tensor_method(self, tensor, name: str):
         attribute = self.run(tensor_method, tensor, name)
         if not callable(attribute):

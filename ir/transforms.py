@@ -38,3 +38,48 @@ def active_transform() -> str | None:
 
 def subclass_reason(tensor) -> RunsEagerly:
     return RunsEagerly(f"called with a tensor subclass ({type(tensor).__name__})")
+
+
+
+def per_sample(fn, *args):
+    """fn(*args) where some arguments may be vmap's batched tensors (a backward that
+    `autograd.grad(..., is_grads_batched=True)` runs, as `jacobian(vectorize=True)` does) and fn
+    reads their storage (a fused kernel): the outermost batch level is unwrapped and fn runs once
+    per sample, its results stacked and wrapped again. Without batched arguments, fn(*args)."""
+    batching = _batching(args)
+    if batching is None:
+        return fn(*args)
+    unwrap, wrap = batching
+    unwrapped = [unwrap(a) for a in args]
+    count = next(u for u in unwrapped if u is not None).shape[0]
+    samples = [per_sample(fn, *[a if u is None else u[i] for a, u in zip(args, unwrapped)])
+               for i in range(count)]
+    single = not isinstance(samples[0], (tuple, list))
+    columns = zip(*([s] if single else s for s in samples))
+    results = [None if c[0] is None else wrap(torch.stack(c)) for c in columns]
+    return results[0] if single else tuple(results)
+
+
+_functorch = torch._C._functorch
+
+
+def _batching(args):
+    """(unwrap, wrap) of the outermost batch level among args, or None: unwrap gives a batched
+    argument's tensor with the batch dim first (None for another argument), wrap batches a
+    tensor along its first dim again. `torch.func.vmap` and the legacy vmap of
+    `is_grads_batched` have one each."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    levels = [_functorch.maybe_get_level(a) for a in tensors if _functorch.is_batchedtensor(a)]
+    if levels:
+        level = max(levels)
+        return (lambda a: _functorch.get_unwrapped(a).movedim(_functorch.maybe_get_bdim(a), 0)
+                if isinstance(a, torch.Tensor) and _functorch.is_batchedtensor(a)
+                and _functorch.maybe_get_level(a) == level else None,
+                lambda t: _functorch._add_batch_dim(t, 0, level))
+    if any(_functorch.is_legacy_batchedtensor(a) for a in tensors):
+        level = torch._C._vmapmode_increment_nesting() - 1     # the current level
+        torch._C._vmapmode_decrement_nesting()
+        return (lambda a: torch._remove_batch_dim(a, level, 1, 0) if isinstance(a, torch.Tensor)
+                and _functorch.is_legacy_batchedtensor(a) else None,
+                lambda t: torch._add_batch_dim(t, 0, level))
+    return None
