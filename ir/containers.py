@@ -22,7 +22,7 @@ import re
 import torch
 from torch.utils import _pytree as pytree
 
-from ir.proxies import IntProxy, TensorProxy, Var
+from ir.proxies import Var
 
 _PLAIN = (tuple, list, dict)
 # leaves an output may hold besides traced values: numbers, and literals that generated code
@@ -85,9 +85,6 @@ def output_structure(outputs):
     naming the path of a leaf that is neither a tensor nor a number."""
     leaves, spec = pytree.tree_flatten_with_path(outputs)
     for path, leaf in leaves:
-        if isinstance(leaf, Var) and not isinstance(leaf, (TensorProxy, IntProxy)):
-            raise TypeError(f"ir.jit: the output out{pytree.keystr(path)} is a traced "
-                            f"{type(leaf).__name__} ({leaf.name}); return a tensor or an int")
         if not isinstance(leaf, (Var, *_OUTPUT_LITERALS)):
             raise TypeError(
                 f"ir.jit: the output out{pytree.keystr(path)} is a {type(leaf).__name__}, which "
