@@ -1,4 +1,4 @@
-"""Containers of arguments and outputs, by `torch.utils._pytree` (as torch.compile and torch.export).
+"""Containers of arguments and outputs, by `torch.utils._pytree` (as torch.compile, torch.export).
 
 Every node type pytree knows keeps its type and nesting through `ir.jit`: tuples, lists, dicts,
 OrderedDicts and their registered subclasses (transformers' `ModelOutput`), namedtuples,
@@ -97,7 +97,8 @@ def output_structure(outputs):
 
 
 def rebuilding(computation, spec):
-    """The computation returning its outputs in the structure `spec` (its trace returns them flat)."""
+    """The computation returning its outputs in the structure `spec` (its trace returns them
+    flat)."""
     unflatten = pytree.tree_unflatten
 
     def computation_in_structure(*args):

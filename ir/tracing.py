@@ -143,8 +143,8 @@ class TraceContext:
         user's line and the operation."""
         raise DataDependentError(
             f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
-            f"{tensor.name} reads its data, which is known only when the computation runs (data-dependent Python control "
-            "flow cannot be traced). Use torch.compile(fn, backend=\"triton_exec\"), which runs "
+            f"{tensor.name} reads its data, which is known only when the computation runs "
+            "(data-dependent Python control flow cannot be traced). Use torch.compile(fn, backend=\"triton_exec\"), which runs "
             "such code eagerly between compiled graphs, or compute both branches with "
             "torch.where.")
 
