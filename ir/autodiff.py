@@ -24,6 +24,7 @@ from ir.prims import PRIMS, Prim, convert_element_type
 from ir.proxies import ScalarProxy, TensorProxy
 from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
 from ir.tracing import TraceContext, tracing
+from ir.transforms import per_sample
 
 
 class DoubleBackwardError(RuntimeError):
@@ -82,7 +83,7 @@ class _UnitFunction(torch.autograd.Function):
         read = [grads[k] if k in present else torch.zeros(
             ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
             for k in unit.grads_read]
-        results = unit.backward(*ctx.saved_tensors, *read, *ctx.sizes)
+        results = per_sample(unit.backward, *ctx.saved_tensors, *read, *ctx.sizes)
         for position, reaches, g in zip(unit.grad_inputs, unit.reaches, results):
             out[position] = g if present & reaches else None
         return (None, *out)

@@ -19,8 +19,11 @@ import weakref
 
 import torch
 
-from ir import (autodiff, diagnostics, module_attributes, module_calls, modules, passes, prims,
-                recompiles)
+from torch.utils import _pytree as pytree
+
+from ir import (autodiff, containers, diagnostics, module_attributes, module_calls, modules,
+                passes, prims, recompiles, transforms)
+from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -54,6 +57,9 @@ class Entry:
     specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
     backward: dict = dataclasses.field(default_factory=dict)  # unit name -> backward traces
     key: tuple = ()     # the cache key the entry is stored under
+    # fn's arguments -> the traces' inputs (deep containers flat, implicit inputs appended);
+    # None where they are the same
+    arguments: object = None
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -83,17 +89,13 @@ def function_name(fn) -> str:
     return name
 
 
-class Keywords(dict):
-    """The **kwargs of a call (a dict argument of any other parameter is refused)."""
-
-
 class UnsupportedArgument(TypeError):
     pass
 
 
 def _tensor_key(t: torch.Tensor, constant: bool):
     if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-        raise UnsupportedArgument(f"a tensor subclass ({type(t).__name__}) is not supported")
+        raise transforms.subclass_reason(t)
     if t.is_complex() or t.layout is not torch.strided:
         raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
     return (t.dtype, t.shape if constant else t.ndim)
@@ -118,12 +120,15 @@ def arg_key(a, constant: bool, nested: bool = False):
         return (float, float_identity(a)) if constant else float
     if isinstance(a, _SCALARS):
         return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
-    if isinstance(a, (tuple, list)) and not nested:
-        return (type(a), tuple(arg_key(x, constant, True) for x in a))
-    if kind is Keywords:
-        return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
-    raise UnsupportedArgument(f"{type(a).__name__} arguments"
-                              f"{' inside a list' if nested else ''} are not supported")
+    if nested or pytree.tree_is_leaf(a):
+        raise UnsupportedArgument(f"{type(a).__name__} arguments"
+                                  f"{' inside a container' if nested else ''} are not supported")
+    if containers.is_shallow(a):    # a tuple, list or **kwargs of leaves: passed as it is
+        if kind is Keywords:
+            return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
+        return (kind, tuple(arg_key(x, constant, True) for x in a))
+    leaves, structure = pytree.tree_flatten(a)      # any other container: passed flat
+    return (structure, tuple(arg_key(x, constant, True) for x in leaves))
 
 
 def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
@@ -149,6 +154,9 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
                 ctx.lower_bounds[id(size)] = 2
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
+    if containers.is_deep(value):
+        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx, grad_mode) for n, v in
+                     zip(containers.leaf_names(name, value), containers.flat_argument(value)))
     if isinstance(value, (tuple, list)):
         return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
                      for i, v in enumerate(value))
@@ -221,20 +229,26 @@ def _reader(sources, source, tensor):
     return lambda: tensor
 
 
-def _reading(prologue, computation, readers):
-    """The prologue and computation of an entry with implicit inputs, taking fn's arguments."""
-    def read(fn):
-        return lambda *args: fn(*args, *[read_one() for read_one in readers])
-    return (dataclasses.replace(prologue, fn=read(prologue.fn),
-                                after_key=read(prologue.after_key)),
-            read(computation))
+def _trace_arguments(deep: list[int], readers):
+    """fn's arguments -> the traces' inputs: the deep containers at positions `deep` flat
+    (`ir.containers`), then the implicit inputs read from their sources."""
+    flat = containers.flat_argument
+
+    def arguments(args):
+        if deep:
+            args = [flat(a) if i in deep else a for i, a in enumerate(args)]
+        return (*args, *[read_one() for read_one in readers])
+    return arguments
 
 
-def _check_outputs(x):
-    for v in iter_vars(x):
-        if not isinstance(v, (TensorProxy, IntProxy)):
-            raise TypeError(f"unsupported output {v!r}")
-    return x
+def _taking_arguments(prologue, computation, arguments):
+    """The prologue and computation of an entry whose traces take `arguments(args)`, taking
+    fn's arguments."""
+    def taking(fn):
+        return lambda *args: fn(*arguments(args))
+    return (dataclasses.replace(prologue, fn=taking(prologue.fn),
+                                after_key=taking(prologue.after_key)),
+            taking(computation))
 
 
 def compile_trace(trace: Trace):
@@ -290,6 +304,7 @@ class JitFunction:
         self.history: list[Entry] = []         # every cached entry, oldest first
         self.eager_entry = Entry(None, lambda *values: self.call_fn(values), [], {})
         self.warned_limit = False
+        self.warned_eager: set[str] = set()     # reasons for running eagerly, warned
         self.warned_executors: set[str] = set()     # named executors that ran nothing, warned
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
@@ -358,8 +373,14 @@ class JitFunction:
         """The cache entry whose guards these arguments pass; compiles a new one on a miss.
         Hits read the entries without a lock; a miss takes the compile lock and looks again, as
         another thread may have compiled the entry meanwhile. A compile that raises stores
-        nothing."""
-        key = self.key(args)
+        nothing. Under a function transform, or with a tensor subclass, the eager entry."""
+        reason = transforms.active_transform()
+        if reason is not None:
+            return self.run_eagerly(reason)
+        try:
+            key = self.key(args)
+        except transforms.RunsEagerly as why:
+            return self.run_eagerly(str(why))
         if self.caching:    # the hit path, inlined (no call more than before the lock existed)
             for entry in self.entries.get(key, ()):
                 if entry.prologue.after_key(*args):
@@ -426,6 +447,18 @@ class JitFunction:
                             self.cache_limit)
         return self.eager_entry
 
+    def run_eagerly(self, reason: str) -> Entry:
+        """The eager entry for a call the traces cannot represent (`ir.transforms`), with a
+        warning once per reason."""
+        self.stats.eager += 1
+        if reason not in self.warned_eager:
+            self.warned_eager.add(reason)
+            warnings.warn(f"ir.jit: {self.__name__} was {reason}; such calls run eagerly on "
+                          "PyTorch without compiling, which gives eager's results",
+                          stacklevel=4)
+        self.last_entry = self.eager_entry
+        return self.eager_entry
+
     def checked_lookup(self, args) -> Entry:
         """`lookup` that also runs the whole prologue of the entry it returns (not only what
         the key leaves to check) and fails loudly where the entry does not accept the call,
@@ -449,10 +482,15 @@ class JitFunction:
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
-            outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
-            outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+            outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
+                                    for (_, value), a in zip(inputs, args)])
+            outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
-        args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
+        # implicit inputs: read from their sources at every call
+        readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
+        deep = [i for i, a in enumerate(args) if containers.is_deep(a)]
+        arguments = _trace_arguments(deep, readers) if readers or deep else None
+        args = _trace_arguments(deep, ())(args) + tuple(tensor for _, tensor, _ in ctx.captures)
         inputs += captured
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
@@ -479,13 +517,14 @@ class JitFunction:
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
                                   keyed=len(inputs) - len(captured))
         computation = compile_trace(traces[-1])
-        if captured:    # implicit inputs: read from their sources at every call
-            readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
-            prologue, computation = _reading(prologue, computation, readers)
+        if structure is not None:
+            computation = containers.rebuilding(computation, structure)
+        if arguments is not None:
+            prologue, computation = _taking_arguments(prologue, computation, arguments)
         prologue = module_attributes.guarded(prologue, calls.reads, self.module)
         cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
-                     ctx.specializations, backward)
+                     ctx.specializations, backward, arguments=arguments)
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one

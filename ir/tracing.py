@@ -22,8 +22,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from ir import prims
-from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, FloatProxy, IntProxy, ScalarProxy,
-                        TensorProxy, Var, active_trace, hint)
+from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, DataDependentError, FloatProxy,
+                        IntProxy, ScalarProxy, TensorProxy, Var, active_trace, hint)
 from ir.trace import Eqn
 
 
@@ -137,6 +137,21 @@ class TraceContext:
 
     def call_method(self, name: str, tensor, args):
         return self.run(call_method, name, tensor, self.run(self.captured, args))
+
+    def reads_data(self, operation: str, tensor) -> None:
+        """Raises DataDependentError for Python code reading a traced tensor's data, naming the
+        user's line and the operation."""
+        raise DataDependentError(
+            f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
+            f"{tensor.name} reads its data, which is known only when the computation runs "
+            "(data-dependent Python control flow cannot be traced). Use torch.compile(fn, backend=\"triton_exec\"), which runs "
+            "such code eagerly between compiled graphs, or compute both branches with "
+            "torch.where.")
+
+    def tensor_attribute(self, tensor, name: str, args, kwargs):
+        """`tensor.name(*args, **kwargs)`, or the property `tensor.name` (no arguments)."""
+        attribute = self.tensor_method(tensor, name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
 
     def tensor_method(self, tensor, name: str):
         attribute = self.run(tensor_method, tensor, name)
@@ -510,8 +525,18 @@ def eager_checks(func, args, kwargs) -> None:
         run("cpu")
 
 
+# torch functions returning a Python value of their tensors' data
+_READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
+              torch.is_nonzero: "torch.is_nonzero", torch.Tensor.item: ".item()",
+              torch.Tensor.tolist: ".tolist()", torch.Tensor.__bool__: "bool()",
+              torch.Tensor.__float__: "float()", torch.Tensor.__int__: "int()"}
+
+
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
+    if func in _READ_DATA:
+        current().reads_data(_READ_DATA[func], next(
+            x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)))
     refuse_in_place(func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
