@@ -1,6 +1,6 @@
 """`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
 
-A call computes a hashed key from the grad mode and its arguments (dtypes, ranks, devices; sizes
+A call computes a hashed key from the grad mode, the autocast state and its arguments (dtypes, ranks, devices; sizes
 and int values in "constant values" mode), runs the prologues of that key's entries until one
 accepts, and calls that entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
 claim the equations, and stores a new entry.
@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, modules, passes, prims, recompiles
+from ir import autocast, autodiff, diagnostics, grad_regions, modules, passes, prims, recompiles
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -125,14 +125,13 @@ def arg_key(a, constant: bool, nested: bool = False):
                               f"{' inside a list' if nested else ''} are not supported")
 
 
-def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
-    """The proxy (or literal) standing for one argument in the traces. Without grad mode no value
-    needs grad, whatever the tensor's requires_grad."""
+def _input_proxy(name: str, value, ctx: TraceContext):
+    """The proxy (or literal) standing for one argument in the traces."""
     if isinstance(value, torch.Tensor):
         if value.is_complex():   # the key's fast path lets it through; refused on the miss
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad and grad_mode, value.is_neg())
+                            value.requires_grad, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
@@ -149,11 +148,11 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
     if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
+        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx)
                      for i, v in enumerate(value))
     if isinstance(value, dict):
         return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
-                                               f"{name}_{i}"), v, ctx, grad_mode)
+                                               f"{name}_{i}"), v, ctx)
                 for i, (k, v) in enumerate(value.items())}
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
@@ -327,10 +326,11 @@ class JitFunction:
         return self.fn(*positional, **keywords)
 
     def key(self, args):
-        """The hashed cache key: the grad mode, then each argument's key."""
+        """The hashed cache key: the grad mode, the autocast state, then each argument's key."""
         constant = self.constant
         try:
-            key = (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
+            key = (torch.is_grad_enabled(), autocast.state(),
+                   *[arg_key(a, constant) for a in args])
         except UnsupportedArgument:
             for name, a in zip(self.param_names, args):
                 try:
@@ -436,16 +436,26 @@ class JitFunction:
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
-        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with tracing(ctx):
-            names = list(map(ctx.parameter_name, self.param_names))
-            inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
-                                           for name, a in zip(names, args)))
-            outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
-            outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
+        try:
+            with tracing(ctx):
+                names = list(map(ctx.parameter_name, self.param_names))
+                inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
+                                               for name, a in zip(names, args)))
+                outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
+                outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+        finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
+            final_grad_mode = torch.is_grad_enabled()
+            torch.set_grad_enabled(grad_mode)
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
         inputs += captured
+        # requires_grad of the inputs matters where an op was traced in grad mode
+        checks_requires_grad = grad_mode or ctx.grad_ops
+        if not checks_requires_grad:
+            for v in iter_vars(inputs):
+                if isinstance(v, TensorProxy):
+                    v.requires_grad = False
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
@@ -460,17 +470,21 @@ class JitFunction:
 
         def differentiate(fused):       # in grad mode, fusion groups become differentiable
             nonlocal backward, backward_host
-            if not grad_mode:
+            if not checks_requires_grad:
                 return fused
             fused, backward, backward_host = autodiff.differentiate(
                 fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
+        traces[-1] = grad_regions.regions(traces[-1], grad_mode, final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
-                                  keyed=len(inputs) - len(captured))
+                                  keyed=len(inputs) - len(captured),
+                                  requires_grad=checks_requires_grad)
         computation = compile_trace(traces[-1])
+        if autocast.enabled():     # its casts are in the trace: none at run time
+            computation = autocast.disabled(computation)
         if captured:    # implicit inputs: read from their sources at every call
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
