@@ -76,6 +76,11 @@ _ATEN_NAMES = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__pow__": "pow"
                "cross_entropy": "cross_entropy_loss"}
 
 
+_STATE_SOURCE = ("(torch.is_autocast_enabled('cpu'), torch.get_autocast_dtype('cpu'), "
+                 "torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda'), "
+                 "torch.is_autocast_cache_enabled())")
+
+
 def state() -> tuple:
     """The autocast state eager consults: enabled and dtype per device type, and the cast cache
     flag (part of the cache key)."""
@@ -90,13 +95,8 @@ def enabled() -> bool:
 
 
 def prologue_check() -> str:
-    """The prologue's line rejecting another autocast state (`ir.autocast.state` is in its
-    namespace as `autocast_state`)."""
-    return f"if autocast_state() != {_render_state(state())}: return False"
-
-
-def _render_state(s) -> str:
-    return "(" + ", ".join(repr(v) for v in s) + ")"
+    """The prologue's line rejecting another autocast state than this moment's."""
+    return f"if {_STATE_SOURCE} != ({', '.join(map(repr, state()))}): return False"
 
 
 def _eligible(x, device_type: str) -> bool:
@@ -113,14 +113,19 @@ def _tensors(x):
 
 
 def _promoted(args, device_type: str, lower):
-    """The widest floating type of the eligible arguments, as eager's `promote_type`."""
-    dtypes = {t.dtype for t in _tensors(args) if _eligible(t, device_type)}
-    if torch.float32 in dtypes:
-        return torch.float32
-    if dtypes - {lower}:
-        raise RuntimeError(f"Unexpected floating ScalarType in at::autocast::prioritize: "
-                           f"{sorted(map(str, dtypes))} under autocast to {lower}")
-    return lower
+    """The widest floating type of the eligible arguments, in order, as eager's `promote_type`
+    (which refuses to meet a floating type other than float32 and `lower`, even before a
+    float32)."""
+    dtype = lower
+    for t in _tensors(args):
+        if not _eligible(t, device_type):
+            continue
+        if torch.float32 in (dtype, t.dtype):
+            dtype = torch.float32
+        elif dtype != lower or t.dtype != lower:
+            raise RuntimeError("Unexpected floating ScalarType in at::autocast::prioritize: "
+                               f"{t.dtype} under autocast to {lower}")
+    return dtype
 
 
 def _cast_all(x, dtype, device_type):

@@ -200,8 +200,7 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = 
     checked as it is now); keyed: how many inputs the cache key covers (the rest, implicit
     inputs, are checked whole after a key match); requires_grad: whether the tensors'
     requires_grad is checked (by default in grad mode; also where `fn` enables grad inside)."""
-    ns = {"torch": torch, "math": math, "Tensor": torch.Tensor, "copysign": math.copysign,
-          "autocast_state": autocast.state}
+    ns = {"torch": torch, "math": math, "Tensor": torch.Tensor, "copysign": math.copysign}
     checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
                             "return False", None), (autocast.prologue_check(), None)]
     requires_grad = grad_mode if requires_grad is None else requires_grad
