@@ -89,6 +89,13 @@ def state() -> tuple:
             torch.is_autocast_cache_enabled())
 
 
+def describe(s: tuple) -> str:
+    """A `state()` for people: `cpu bf16` (autocast on cpu to bfloat16), `off`; `, no cast cache`."""
+    on = [f"{d} {str(dtype).removeprefix('torch.')}" for d, (enabled, dtype)
+          in zip(DEVICE_TYPES, (s[0:2], s[2:4])) if enabled]
+    return (" and ".join(on) or "off") + ("" if s[4] else ", no cast cache")
+
+
 def enabled() -> bool:
     """Whether autocast is on for some device type."""
     return torch._C._is_any_autocast_enabled()
@@ -164,6 +171,8 @@ def disabled(computation):
     """computation run with autocast off on every device type (its casts are in the trace),
     restoring the caller's state afterwards."""
     def run(*args):
+        if not torch._C._is_any_autocast_enabled():
+            return computation(*args)
         before = [torch.is_autocast_enabled(d) for d in DEVICE_TYPES]
         for d in DEVICE_TYPES:
             torch.set_autocast_enabled(d, False)

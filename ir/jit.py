@@ -369,7 +369,7 @@ class JitFunction:
         self.stats.misses += 1
         if self.caching and self.history:
             recompiles.log_recompile(self.__name__, self.history, args, self.constant,
-                                     self.module_change(key))
+                                     self.module_change(key) or self.state_change(key))
             if (self.cache_limit is not None
                     and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
@@ -389,6 +389,19 @@ class JitFunction:
             return None
         nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
         return modules.describe_change(self.module, nearest.key[0], key[0])
+
+    def state_change(self, key) -> str | None:
+        """How the grad mode or the autocast state differs from the newest entry's, where no
+        entry was compiled in this call's."""
+        at = 0 if self.module is None else 1     # a module's structure comes first
+        state = key[at:at + 2]
+        if any(e.key[at:at + 2] == state for e in self.history):
+            return None
+        before = self.history[-1].key[at:at + 2]
+        if before[0] != state[0]:
+            return f"grad mode changed {before[0]} -> {state[0]}"
+        return (f"autocast state changed {autocast.describe(before[1])} -> "
+                f"{autocast.describe(state[1])}")
 
     def compile_for_explain(self, args) -> Entry:
         """The entry these arguments would get, built without running a kernel, not cached."""

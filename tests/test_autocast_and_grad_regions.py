@@ -208,11 +208,13 @@ def test_matmul_under_autocast_is_typed_and_computed_as_eager(executors):
     torch.testing.assert_close(out, f(x, w))
 
 
-def test_the_autocast_state_is_in_the_key_and_the_prologue():
+def test_the_autocast_state_is_in_the_key_and_the_prologue(caplog):
     jfn = ir.jit(lambda x: torch.cat((x @ x.mT, x), -1))
     x = torch.randn(4, 4)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    jfn(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16), caplog.at_level("INFO", "ir.recompiles"):
         jfn(x)
+        assert "autocast state changed off -> cpu bfloat16" in caplog.text
         prologue = str(ir.last_prologue(jfn))
         assert "torch.is_autocast_enabled('cpu')" in prologue
         assert "(True, torch.bfloat16, False" in prologue
@@ -221,7 +223,7 @@ def test_the_autocast_state_is_in_the_key_and_the_prologue():
     jfn(x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         jfn(x)
-    assert (ir.cache_stats(jfn).misses, ir.cache_stats(jfn).hits) == (3, 1)
+    assert (ir.cache_stats(jfn).misses, ir.cache_stats(jfn).hits) == (3, 2)
 
 
 def test_autocast_disabled_inside_and_promote_ops():
