@@ -55,7 +55,8 @@ _CUDA_FP32 = """acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal 
     cross_entropy_loss"""
 # fp32_set_opt_dtype / fp32_append_dtype: the op computes in float32 where its first argument
 # is eligible and no dtype was given
-_CUDA_FP32_FIRST = "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm sum norm"
+_CUDA_FP32_FIRST = """prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm
+    sum norm"""
 _CUDA_PROMOTE = """addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put scatter_add
     tensordot"""
 
@@ -90,7 +91,7 @@ def state() -> tuple:
 
 
 def describe(s: tuple) -> str:
-    """A `state()` for people: `cpu bf16` (autocast on cpu to bfloat16), `off`; `, no cast cache`."""
+    """A `state()` for people: `cpu bfloat16`, `off`, with `, no cast cache` where it is off."""
     on = [f"{d} {str(dtype).removeprefix('torch.')}" for d, (enabled, dtype)
           in zip(DEVICE_TYPES, (s[0:2], s[2:4])) if enabled]
     return (" and ".join(on) or "off") + ("" if s[4] else ", no cast cache")

@@ -795,7 +795,7 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     strategy of the first input's shape (default `shapes()`). With regions, steps run inside
     autocast and grad-mode blocks (`REGIONS`) and matmuls join the ops (see `region_stacks`)."""
     builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
-    builders += list(REGION_OPS.values()) if regions else []
+    builders += list(REGION_OPS.values()) * REGION_OP_WEIGHT if regions else []
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     main_dtype = draw(st.sampled_from(list(main_dtypes)))
     base = draw(base_shapes if base_shapes is not None else shapes())
@@ -860,9 +860,9 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
 # ---------------------------------------------------------------------------------------------
 # Autocast and grad-mode regions (programs(regions=True))
 
-REGIONS = ("torch.autocast('cpu', dtype=torch.bfloat16)", "torch.autocast('cpu', dtype=torch.float16)",
-           "torch.autocast('cpu', enabled=False)", "torch.no_grad()", "torch.enable_grad()",
-           "torch.set_grad_enabled(False)")
+REGIONS = ("torch.autocast('cpu', dtype=torch.bfloat16)",
+           "torch.autocast('cpu', dtype=torch.float16)", "torch.autocast('cpu', enabled=False)",
+           "torch.no_grad()", "torch.enable_grad()", "torch.set_grad_enabled(False)")
 MAX_REGION_DEPTH = 2
 
 
@@ -885,7 +885,8 @@ def render_regions(lines: list[str], stacks: list[tuple]) -> list[str]:
         shared = 0
         while shared < min(len(previous), len(stack)) and previous[shared] == stack[shared]:
             shared += 1
-        body += ["    " * (depth + 1) + f"with {stack[depth]}:" for depth in range(shared, len(stack))]
+        body += ["    " * (depth + 1) + f"with {stack[depth]}:"
+                 for depth in range(shared, len(stack))]
         body.append("    " * (len(stack) + 1) + line)
         previous = stack
     return body
@@ -893,19 +894,19 @@ def render_regions(lines: list[str], stacks: list[tuple]) -> list[str]:
 
 def build_matmul(draw, pool):
     """A matmul or linear (autocast runs them in its lower precision): `a @ b.mT`,
-    `torch.matmul(a, b.mT)` or `F.linear(a, b)` with a 2-d b sharing a's last size."""
-    a = choose(draw, pool, lambda v: v.kind == "float")
+    `torch.matmul(a, b.mT)` or `F.linear(a, b)` with a 2-d b sharing a's last size, else a's
+    first rows (`a.reshape(-1, k)[:4]`); divided by that size to keep the bound."""
+    a = choose(draw, pool, lambda v: v.kind == "float" and v.rank >= 1)
     if a is None:
         return None
-    b = choose(draw, pool, lambda v: v.kind == "float" and v.rank == 2
-               and v.shape[-1] == a.shape[-1])
-    if b is None:
-        return None
+    size = a.shape[-1]
+    b = choose(draw, pool, lambda v: v.kind == "float" and v.rank == 2 and v.shape[-1] == size)
+    b_name = b.name if b is not None else f"{a.name}.reshape(-1, {size})[:4]"
     template = draw(st.sampled_from(["{a} @ {b}.mT", "torch.matmul({a}, {b}.mT)",
                                      "F.linear({a}, {b})"]))
-    size = a.shape[-1]
-    expr = f"{template.format(a=a.name, b=b.name)} / {size}"
-    return Step(expr, [a, b], a.mag * b.mag, keeps_exact=False)
+    expr = f"{template.format(a=a.name, b=b_name)} / {size}"
+    return Step(expr, [a, b or a], a.mag * (b or a).mag, keeps_exact=False)
 
 
 REGION_OPS = {"matmul": build_matmul}
+REGION_OP_WEIGHT = 3   # each is drawn as often as three other ops: autocast's main business

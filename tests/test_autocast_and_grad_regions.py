@@ -17,6 +17,7 @@ EXECUTORS = [["triton"], ["torch"]]
 MODES = ["constant values", "symbolic values"]
 OPS = ("arith", "unary", "cast", "cat", "stack", "pad", "reshape", "where", "index", "div")
 AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
+REGION_PROGRAMS = programs(max_ops=5, op_names=OPS, regions=True, main_dtypes=FLOAT_DTYPES)
 
 
 def outer_autocast(dtype):
@@ -43,6 +44,8 @@ def check_against_eager(program, data, executors, mode, autocast_dtype=None, gra
     """Calls the jitted program twice (a miss, then the cached entry) and eager under the same
     outer autocast and grad mode; compares results, requires_grad and gradients."""
     note(program.describe())
+    if any(op in program.source for op in ("@", "matmul(", "linear(")):
+        event("a matmul")
     tensors = [a for a in program.inputs if isinstance(a, torch.Tensor)]
     floats = [k for k, t in enumerate(tensors) if t.dtype.is_floating_point]
     needing = data.draw(st.sets(st.sampled_from(floats), min_size=1) if floats else st.just(set()),
@@ -101,8 +104,7 @@ def check_against_eager(program, data, executors, mode, autocast_dtype=None, gra
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("executors", EXECUTORS, ids=lambda e: e[0])
 @settings(max_examples=20)
-@given(program=programs(max_ops=5, op_names=OPS, regions=True, main_dtypes=FLOAT_DTYPES), data=st.data(),
-       dtype=st.sampled_from(AUTOCAST_DTYPES))
+@given(program=REGION_PROGRAMS, data=st.data(), dtype=st.sampled_from(AUTOCAST_DTYPES))
 def test_programs_under_autocast_match_eager(program, data, dtype, executors, mode):
     check_against_eager(program, data, executors, mode, autocast_dtype=dtype)
 
@@ -110,8 +112,7 @@ def test_programs_under_autocast_match_eager(program, data, dtype, executors, mo
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("executors", EXECUTORS, ids=lambda e: e[0])
 @settings(max_examples=20)
-@given(program=programs(max_ops=5, op_names=OPS, regions=True, main_dtypes=FLOAT_DTYPES), data=st.data(),
-       grad_mode=st.booleans())
+@given(program=REGION_PROGRAMS, data=st.data(), grad_mode=st.booleans())
 def test_programs_with_grad_mode_regions_match_eager(program, data, grad_mode, executors, mode):
     check_against_eager(program, data, executors, mode, grad_mode=grad_mode)
 
