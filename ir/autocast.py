@@ -21,7 +21,9 @@ from ir.proxies import TensorProxy
 
 DEVICE_TYPES = ("cpu", "cuda")
 
-# CastPolicy per aten op (base name), from PyTorch 2.13's autocast_mode.cpp.
+# CastPolicy per aten op (base name), from PyTorch 2.13's autocast_mode.cpp (the ops registered
+# for AutocastCPU/AutocastCUDA in its dispatcher). CPU does not list einsum, but eager's einsum
+# runs its bmm in the autocast dtype: listed here as that.
 _CPU_LOWER = """conv1d conv2d conv3d bmm mm linalg_vecdot baddbmm addmm addbmm linear _convolution
     matmul conv_tbc mkldnn_rnn_layer conv_transpose1d conv_transpose2d conv_transpose3d prelu
     scaled_dot_product_attention _native_multi_head_attention _addmm_activation einsum"""
@@ -137,7 +139,7 @@ def _promoted(args, device_type: str, lower):
 
 
 def _cast_all(x, dtype, device_type):
-    from ir.torch_ops import convert
+    from ir.torch_ops import convert    # ir.torch_ops imports the tracer, which imports this
     if isinstance(x, (tuple, list)):
         return type(x)(_cast_all(item, dtype, device_type) for item in x)
     if _eligible(x, device_type) and x.dtype != dtype:
@@ -180,6 +182,6 @@ def disabled(computation):
         try:
             return computation(*args)
         finally:
-            for d, enabled in zip(DEVICE_TYPES, before):
-                torch.set_autocast_enabled(d, enabled)
+            for d, was in zip(DEVICE_TYPES, before):
+                torch.set_autocast_enabled(d, was)
     return run
