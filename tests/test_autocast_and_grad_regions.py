@@ -128,6 +128,15 @@ def by_decorator(x):
     return x * _doubled(x)
 
 
+@torch.set_grad_enabled(False)
+def _sined(x):
+    return x.sin()
+
+
+def by_set_grad_enabled_decorator(x):
+    return x * _sined(x)
+
+
 def by_plain_call(x):
     torch.set_grad_enabled(False)
     y = x.sin()
@@ -153,12 +162,12 @@ def matmul_outside_no_grad(x, w):
     return torch.sigmoid(h) * x[..., :4]
 
 
-FORMS = [by_decorator, by_plain_call, by_inference_mode, enabled_inside, matmul_outside_no_grad]
+FORMS = [by_decorator, by_set_grad_enabled_decorator, by_plain_call, by_inference_mode, enabled_inside, matmul_outside_no_grad]
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("executors", EXECUTORS, ids=lambda e: e[0])
-@settings(max_examples=6)
+@settings(max_examples=8)
 @given(fn=st.sampled_from(FORMS), outer=st.booleans(), seed=st.integers(0, 2**16))
 def test_each_form_of_grad_mode_region_matches_eager(fn, outer, seed, executors, mode):
     gen = torch.Generator().manual_seed(seed)
