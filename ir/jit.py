@@ -1,9 +1,9 @@
 """`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
 
 A call computes a hashed key from the grad mode, the autocast state and its arguments (dtypes,
-ranks, devices; sizes and int values in "constant values" mode), runs the prologues of that key's entries until one
-accepts, and calls that entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
-claim the equations, and stores a new entry.
+ranks, devices; sizes and int values in "constant values" mode), runs the prologues of that key's
+entries until one accepts, and calls that entry's computation. A miss traces the function on
+proxies, runs the passes, lets the executors claim the equations, and stores a new entry.
 """
 from __future__ import annotations
 

@@ -46,8 +46,9 @@ def _hashable(x):
 def cse(trace: Trace) -> Trace:
     """Replaces an equation that repeats an earlier one (same prim, args and params) by the
     earlier outputs (computed in the same grad mode, `ir.grad_regions`). Example: two `x.shape`
-    queries become one. Opaque symbols and copies are left alone, and so is a repeat that would make two distinct outputs one tensor
-    (`return x * 2, x * 2` returns two tensors, as in eager)."""
+    queries become one. Opaque symbols and copies are left alone, and so is a repeat that would
+    make two distinct outputs one tensor (`return x * 2, x * 2` returns two tensors, as in
+    eager)."""
     env: dict[int, Var] = {}
     seen: dict[tuple, Eqn] = {}
     eqns = []
