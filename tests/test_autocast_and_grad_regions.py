@@ -179,7 +179,13 @@ def matmul_outside_no_grad(x, w):
     return torch.sigmoid(h) * x[..., :4]
 
 
-FORMS = [by_decorator, by_set_grad_enabled_decorator, by_plain_call, by_inference_mode, enabled_inside, matmul_outside_no_grad]
+def same_op_in_two_modes(x):
+    with torch.no_grad():
+        a = x * 2
+    return a * (x * 2)      # not one value with `a`: one needs grad, the other does not
+
+
+FORMS = [by_decorator, by_set_grad_enabled_decorator, by_plain_call, same_op_in_two_modes, by_inference_mode, enabled_inside, matmul_outside_no_grad]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -280,3 +286,37 @@ def test_fp16_and_bf16_under_a_promote_op_raise_as_eager():
             f(a, b)
         with pytest.raises(RuntimeError):
             ir.jit(f)(a, b)
+
+
+@pytest.mark.parametrize("name, args, dtypes", [
+    ("exp", ("x16",), [torch.float32]),                      # fp32 on CUDA, not listed on CPU
+    ("__pow__", ("x16", 2), [torch.float32, 2]),
+    ("matmul", ("xb", "w"), [torch.float16, torch.float16]),  # lower precision
+    ("softmax", ("xb", -1), [torch.float32, -1]),            # fp32_set_opt_dtype
+    ("sum", ("xb",), [torch.float32]),
+    ("index_put", ("x16", (), "w"), [torch.float32, (), torch.float32]),  # promote
+    ("cat", (["x16", "w"],), [[torch.float16, torch.float32]]),           # not listed on CUDA
+    ("add", ("xb", "w"), [torch.bfloat16, torch.float32]),
+])
+def test_cuda_policies_cast_as_eagers_lists(name, args, dtypes):
+    """CUDA's lists at trace level (no GPU needed: proxies only carry the device)."""
+    from ir.autocast import cast_arguments
+    from ir.proxies import TensorProxy
+    from ir.tracing import TraceContext, tracing
+    cuda = torch.device("cuda")
+    proxies = {"x16": TensorProxy("x16", (4, 8), torch.float16, cuda),
+               "xb": TensorProxy("xb", (4, 8), torch.bfloat16, cuda),
+               "w": TensorProxy("w", (8, 4), torch.float32, cuda)}
+
+    def typed(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(typed(b) for b in a)
+        return a.dtype if isinstance(a, TensorProxy) else a
+
+    args = tuple([proxies[b] for b in a] if isinstance(a, list) else proxies.get(a, a)
+                 if isinstance(a, str) else a for a in args)
+    with torch.autocast("cuda", dtype=torch.float16, enabled=False):    # restores the state
+        torch.set_autocast_enabled("cuda", True)
+        with tracing(TraceContext(symbolic=False)):
+            cast, _ = cast_arguments(name, args, {})
+    assert [typed(a) for a in cast] == dtypes
