@@ -18,6 +18,7 @@ import dataclasses
 
 import torch
 
+from ir import autocast
 from ir.executors import CompileContext, Executor
 from ir.grad_rules import GRAD_RULES, emit, needs_grad
 from ir.prims import PRIMS, Prim, convert_element_type
@@ -245,7 +246,7 @@ def _unit(eqn, launch, tctx, cctx, lower):
     inputs = tuple((v.name, v) for v in saved + read + sizes)
     traces = [t.replace(inputs=inputs) for t in [built] + traces]
     from ir.jit import compile_trace      # the jit imports this module
-    backward = compile_trace(traces[-1])
+    backward = autocast.disabled(compile_trace(traces[-1]))     # its casts are in the trace
     args = tuple(eqn.args) + tuple(v for v in sizes if all(v is not a for a in eqn.args))
     unit = DifferentiableUnit(
         name, launch, len(eqn.args), tuple(next(i for i, a in enumerate(args) if a is v)

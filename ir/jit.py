@@ -1,9 +1,9 @@
 """`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
 
-A call computes a hashed key from the grad mode and its arguments (dtypes, ranks, devices; sizes
-and int values in "constant values" mode), runs the prologues of that key's entries until one
-accepts, and calls that entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
-claim the equations, and stores a new entry.
+A call computes a hashed key from the grad mode, the autocast state and its arguments (dtypes,
+ranks, devices; sizes and int values in "constant values" mode), runs the prologues of that key's
+entries until one accepts, and calls that entry's computation. A miss traces the function on
+proxies, runs the passes, lets the executors claim the equations, and stores a new entry.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import torch
 
 from torch.utils import _pytree as pytree
 
-from ir import (autodiff, containers, diagnostics, module_attributes, module_calls, modules,
-                passes, prims, recompiles, transforms)
+from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
+                module_calls, modules, passes, prims, recompiles, transforms)
 from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
@@ -131,14 +131,13 @@ def arg_key(a, constant: bool, nested: bool = False):
     return (structure, tuple(arg_key(x, constant, True) for x in leaves))
 
 
-def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
-    """The proxy (or literal) standing for one argument in the traces. Without grad mode no value
-    needs grad, whatever the tensor's requires_grad."""
+def _input_proxy(name: str, value, ctx: TraceContext):
+    """The proxy (or literal) standing for one argument in the traces."""
     if isinstance(value, torch.Tensor):
         if value.is_complex():   # the key's fast path lets it through; refused on the miss
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad and grad_mode, value.is_neg())
+                            value.requires_grad, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
@@ -155,14 +154,14 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
     if containers.is_deep(value):
-        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx, grad_mode) for n, v in
+        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx) for n, v in
                      zip(containers.leaf_names(name, value), containers.flat_argument(value)))
     if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
+        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx)
                      for i, v in enumerate(value))
     if isinstance(value, dict):
         return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
-                                               f"{name}_{i}"), v, ctx, grad_mode)
+                                               f"{name}_{i}"), v, ctx)
                 for i, (k, v) in enumerate(value.items())}
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
@@ -349,10 +348,11 @@ class JitFunction:
         return self.fn(*positional, **keywords)
 
     def key(self, args):
-        """The hashed cache key: the grad mode, then each argument's key."""
+        """The hashed cache key: the grad mode, the autocast state, then each argument's key."""
         constant = self.constant
         try:
-            key = (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
+            key = (torch.is_grad_enabled(), autocast.state(),
+                   *[arg_key(a, constant) for a in args])
         except UnsupportedArgument:
             for name, a in zip(self.param_names, args):
                 try:
@@ -397,7 +397,7 @@ class JitFunction:
         self.stats.misses += 1
         if self.caching and self.history:
             recompiles.log_recompile(self.__name__, self.history, args, self.constant,
-                                     self.module_change(key))
+                                     self.module_change(key) or self.state_change(key))
             if (self.cache_limit is not None
                     and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
@@ -418,6 +418,19 @@ class JitFunction:
             return module_attributes.change(self.history, key, self.module)
         nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
         return modules.describe_change(self.module, nearest.key[0], key[0])
+
+    def state_change(self, key) -> str | None:
+        """How the grad mode or the autocast state differs from the newest entry's, where no
+        entry was compiled in this call's."""
+        at = 0 if self.module is None else 1     # a module's structure comes first
+        state = key[at:at + 2]
+        if any(e.key[at:at + 2] == state for e in self.history):
+            return None
+        before = self.history[-1].key[at:at + 2]
+        if before[0] != state[0]:
+            return f"grad mode changed {before[0]} -> {state[0]}"
+        return (f"autocast state changed {autocast.describe(before[1])} -> "
+                f"{autocast.describe(state[1])}")
 
     def compile_for_explain(self, args) -> Entry:
         """The entry these arguments would get, built without running a kernel, not cached."""
@@ -477,14 +490,18 @@ class JitFunction:
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
-        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with module_calls.intercepting(self.module) as calls, tracing(ctx):
-            names = list(map(ctx.parameter_name, self.param_names))
-            inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
-                                           for name, a in zip(names, args)))
-            outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
-                                    for (_, value), a in zip(inputs, args)])
-            outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
+        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
+        try:
+            with module_calls.intercepting(self.module) as calls, tracing(ctx):
+                names = list(map(ctx.parameter_name, self.param_names))
+                inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
+                                               for name, a in zip(names, args)))
+                outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
+                                        for (_, value), a in zip(inputs, args)])
+                outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
+        finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
+            final_grad_mode = torch.is_grad_enabled()
+            torch.set_grad_enabled(grad_mode)
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         # implicit inputs: read from their sources at every call
         readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
@@ -492,6 +509,12 @@ class JitFunction:
         arguments = _trace_arguments(deep, readers) if readers or deep else None
         args = _trace_arguments(deep, ())(args) + tuple(tensor for _, tensor, _ in ctx.captures)
         inputs += captured
+        # requires_grad of the inputs matters where an op was traced in grad mode
+        checks_requires_grad = grad_mode or ctx.grad_ops
+        if not checks_requires_grad:
+            for v in iter_vars(inputs):
+                if isinstance(v, TensorProxy):
+                    v.requires_grad = False
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
@@ -506,17 +529,21 @@ class JitFunction:
 
         def differentiate(fused):       # in grad mode, fusion groups become differentiable
             nonlocal backward, backward_host
-            if not grad_mode:
+            if not checks_requires_grad:
                 return fused
             fused, backward, backward_host = autodiff.differentiate(
                 fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
+        traces[-1] = grad_regions.regions(traces[-1], grad_mode, final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
-                                  keyed=len(inputs) - len(captured))
+                                  keyed=len(inputs) - len(captured),
+                                  requires_grad=checks_requires_grad)
         computation = compile_trace(traces[-1])
+        if autocast.enabled():     # its casts are in the trace: none at run time
+            computation = autocast.disabled(computation)
         if structure is not None:
             computation = containers.rebuilding(computation, structure)
         if arguments is not None:

@@ -46,9 +46,10 @@ def _hashable(x):
 
 def cse(trace: Trace) -> Trace:
     """Replaces an equation that repeats an earlier one (same prim, args and params) by the
-    earlier outputs. Example: two `x.shape` queries become one. Opaque symbols and copies are
-    left alone, and so is a repeat that would make two distinct outputs one tensor
-    (`return x * 2, x * 2` returns two tensors, as in eager)."""
+    earlier outputs (computed in the same grad mode, `ir.grad_regions`). Example: two `x.shape`
+    queries become one. Opaque symbols and copies are left alone, and so is a repeat that would
+    make two distinct outputs one tensor (`return x * 2, x * 2` returns two tensors, as in
+    eager)."""
     env: dict[int, Var] = {}
     seen: dict[tuple, Eqn] = {}
     eqns = []
@@ -63,7 +64,8 @@ def cse(trace: Trace) -> Trace:
         if eqn.prim.kind == "opaque" or eqn.prim.name == "copy":
             eqns.append(eqn)
             continue
-        key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params))
+        key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params),
+               tuple(getattr(o, "requires_grad", None) for o in eqn.outs))  # grad-mode regions
         first = seen.get(key)
         distinct = first is not None and any(
             id(old) in outputs and id(new) in returned for old, new in zip(eqn.outs, first.outs))
