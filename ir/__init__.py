@@ -4,11 +4,11 @@ from ir.executors import CompileContext, Executor, get_executor, register_execut
 from ir.diagnostics import Explanation, explain
 from ir.jit import (cache_stats, jit, last_backward_traces, last_entry, last_prologue,
                     last_traces, thin)
-from ir.modules import HookError, JitModule
-from ir.proxies import IntProxy, TensorProxy
+from ir.modules import JitModule
+from ir.proxies import DataDependentError, IntProxy, TensorProxy
 from ir.trace import Eqn, Trace
 
 __all__ = ["jit", "explain", "Explanation", "last_traces", "last_backward_traces",
            "last_prologue", "last_entry", "cache_stats", "thin", "Executor", "CompileContext",
            "register_executor", "get_executor", "torch_executor",
-           "Eqn", "Trace", "IntProxy", "TensorProxy", "JitModule", "HookError"]
+           "Eqn", "Trace", "IntProxy", "TensorProxy", "JitModule", "DataDependentError"]

@@ -19,12 +19,14 @@ import dataclasses
 
 import torch
 
+from ir import autocast
 from ir.executors import CompileContext, Executor
 from ir.grad_rules import GRAD_RULES, emit, needs_grad
 from ir.prims import PRIMS, Prim, convert_element_type
 from ir.proxies import ScalarProxy, TensorProxy
 from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
 from ir.tracing import TraceContext, tracing
+from ir.transforms import per_sample
 
 
 class DoubleBackwardError(RuntimeError):
@@ -85,7 +87,7 @@ class _UnitFunction(torch.autograd.Function):
         read = [grads[k] if k in present else torch.zeros(
             ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
             for k in unit.grads_read]
-        results = unit.backward(*ctx.saved_tensors, *read, *ctx.sizes)
+        results = per_sample(unit.backward, *ctx.saved_tensors, *read, *ctx.sizes)
         for position, reaches, g in zip(unit.grad_inputs, unit.reaches, results):
             out[position] = g if present & reaches else None
         return (None, *out)
@@ -249,7 +251,7 @@ def _unit(eqn, launch, tctx, cctx, lower):
     inputs = tuple((v.name, v) for v in saved + saved_outputs + read + sizes)
     traces = [t.replace(inputs=inputs) for t in [built] + traces]
     from ir.jit import compile_trace      # the jit imports this module
-    backward = compile_trace(traces[-1])
+    backward = autocast.disabled(compile_trace(traces[-1]))     # its casts are in the trace
     args = tuple(eqn.args) + tuple(v for v in sizes if all(v is not a for a in eqn.args))
     unit = DifferentiableUnit(
         name, launch, len(eqn.args), tuple(next(i for i, a in enumerate(args) if a is v)

@@ -4,7 +4,8 @@
 would get, running and timing no kernel, and returns an `Explanation`: each fusion group with its
 ops and kernel name; every op left to torch with each named executor's reason (kinds: "not
 fusible", "dtype not fused", "needs grad", "device not claimed", "checker refused", "view"); every
-size symbolic mode specialized and the op or source line that forced it; the entry's guards.
+size symbolic mode specialized and the op or source line that forced it; the submodules called
+as opaque calls in eager, and why (`ir.module_calls`); the entry's guards.
 `str()` is the text, `.as_dict()` the same data for tools.
 
 Compiling an entry reports the same fallbacks (`report_fallbacks`): a warning once per function
@@ -20,6 +21,7 @@ import dataclasses
 import logging
 import warnings
 
+from ir import module_attributes
 from ir.executors import torch_executor
 from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
@@ -40,6 +42,7 @@ class Explanation:
     fusion_groups: list         # {"call", "executor", "kernel", "ops"}
     left_to_torch: list         # {"op", "output", "reasons": [{"executor", "kind", "reason"}]}
     specialized: list           # {"size", "of", "value", "cause"}
+    module_calls: list          # {"call", "module", "class", "reason", "outputs"}: run in eager
     guards: list                # one line per check of the entry's prologue
     prologue: str
     trace: str                  # the computation that would run
@@ -63,6 +66,11 @@ class Explanation:
             lines.append(f"  {item['output']} = {item['op']}" + (f"  <- {why}" if why else ""))
         if not self.left_to_torch:
             lines.append("  none")
+        if self.module_calls:
+            lines += ["", f"Modules called in eager ({len(self.module_calls)}; their parameters "
+                      "are not inputs of the trace):"]
+            lines += [f"  {c['outputs'] or '(no tensors)'} = {c['call']}: module {c['module']!r} "
+                      f"({c['class']}): {c['reason']}" for c in self.module_calls]
         if self.cache == "symbolic values":
             lines += ["", f"Sizes specialized ({len(self.specialized)}):"]
             lines += [f"  {s['of']} = {s['value']} ({s['size']}): {s['cause']}"
@@ -106,6 +114,13 @@ def left_to_torch(trace, executors) -> list[dict]:
             reasons.append({"executor": ex.name, "kind": kind, "reason": reason})
         left.append({"op": op_name(eqn), "output": _outputs(eqn), "reasons": reasons})
     return left
+
+
+def module_calls(trace) -> list[dict]:
+    """The opaque module calls of a trace (`ir.module_calls`), with why each runs in eager."""
+    return [{"call": eqn.params["fn_name"], **eqn.params["module_call"],
+             "outputs": _outputs(eqn)}
+            for eqn in trace.eqns if "module_call" in eqn.params]
 
 
 def _specialized(entry) -> list[dict]:
@@ -153,7 +168,10 @@ def explanation(jfn, entry) -> Explanation:
     return Explanation(
         function=jfn.__name__, cache=jfn.cache_mode, executors=[ex.name for ex in jfn.executors],
         fusion_groups=fusion_groups(trace), left_to_torch=left_to_torch(trace, jfn.executors),
-        specialized=_specialized(entry), guards=guard_lines(entry), prologue=str(entry.prologue),
+        specialized=_specialized(entry), module_calls=module_calls(trace),
+        guards=guard_lines(entry) + module_attributes.describe(
+            entry.extra.get("module_attributes", {}), jfn.module),
+        prologue=str(entry.prologue),
         trace=str(trace))
 
 

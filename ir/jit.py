@@ -1,9 +1,9 @@
 """`ir.jit`: traces a function into prologue and computation traces, caches them, runs them.
 
-A call computes a hashed key from the grad mode and its arguments (dtypes, ranks, devices; sizes
-and int values in "constant values" mode), runs the prologues of that key's entries until one
-accepts, and calls that entry's computation. A miss traces the function on proxies, runs the passes, lets the executors
-claim the equations, and stores a new entry.
+A call computes a hashed key from the grad mode, the autocast state and its arguments (dtypes,
+ranks, devices; sizes and int values in "constant values" mode), runs the prologues of that key's
+entries until one accepts, and calls that entry's computation. A miss traces the function on
+proxies, runs the passes, lets the executors claim the equations, and stores a new entry.
 """
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, modules, passes, prims, recompiles
+from torch.utils import _pytree as pytree
+
+from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
+                module_calls, modules, passes, prims, recompiles, transforms)
+from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -53,6 +57,9 @@ class Entry:
     specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
     backward: dict = dataclasses.field(default_factory=dict)  # unit name -> backward traces
     key: tuple = ()     # the cache key the entry is stored under
+    # fn's arguments -> the traces' inputs (deep containers flat, implicit inputs appended);
+    # None where they are the same
+    arguments: object = None
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -82,17 +89,13 @@ def function_name(fn) -> str:
     return name
 
 
-class Keywords(dict):
-    """The **kwargs of a call (a dict argument of any other parameter is refused)."""
-
-
 class UnsupportedArgument(TypeError):
     pass
 
 
 def _tensor_key(t: torch.Tensor, constant: bool):
     if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-        raise UnsupportedArgument(f"a tensor subclass ({type(t).__name__}) is not supported")
+        raise transforms.subclass_reason(t)
     if t.is_complex() or t.layout is not torch.strided:
         raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
     return (t.dtype, t.shape if constant else t.ndim)
@@ -117,22 +120,24 @@ def arg_key(a, constant: bool, nested: bool = False):
         return (float, float_identity(a)) if constant else float
     if isinstance(a, _SCALARS):
         return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
-    if isinstance(a, (tuple, list)) and not nested:
-        return (type(a), tuple(arg_key(x, constant, True) for x in a))
-    if kind is Keywords:
-        return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
-    raise UnsupportedArgument(f"{type(a).__name__} arguments"
-                              f"{' inside a list' if nested else ''} are not supported")
+    if nested or pytree.tree_is_leaf(a):
+        raise UnsupportedArgument(f"{type(a).__name__} arguments"
+                                  f"{' inside a container' if nested else ''} are not supported")
+    if containers.is_shallow(a):    # a tuple, list or **kwargs of leaves: passed as it is
+        if kind is Keywords:
+            return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
+        return (kind, tuple(arg_key(x, constant, True) for x in a))
+    leaves, structure = pytree.tree_flatten(a)      # any other container: passed flat
+    return (structure, tuple(arg_key(x, constant, True) for x in leaves))
 
 
-def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
-    """The proxy (or literal) standing for one argument in the traces. Without grad mode no value
-    needs grad, whatever the tensor's requires_grad."""
+def _input_proxy(name: str, value, ctx: TraceContext):
+    """The proxy (or literal) standing for one argument in the traces."""
     if isinstance(value, torch.Tensor):
         if value.is_complex():   # the key's fast path lets it through; refused on the miss
             raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
         proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad and grad_mode, value.is_neg())
+                            value.requires_grad, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
@@ -148,12 +153,15 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
                 ctx.lower_bounds[id(size)] = 2
         proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
         return proxy
+    if containers.is_deep(value):
+        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx) for n, v in
+                     zip(containers.leaf_names(name, value), containers.flat_argument(value)))
     if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
+        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx)
                      for i, v in enumerate(value))
     if isinstance(value, dict):
         return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
-                                               f"{name}_{i}"), v, ctx, grad_mode)
+                                               f"{name}_{i}"), v, ctx)
                 for i, (k, v) in enumerate(value.items())}
     if type(value) is int and ctx.symbolic:
         return IntProxy(name, value)
@@ -220,20 +228,26 @@ def _reader(sources, source, tensor):
     return lambda: tensor
 
 
-def _reading(prologue, computation, readers):
-    """The prologue and computation of an entry with implicit inputs, taking fn's arguments."""
-    def read(fn):
-        return lambda *args: fn(*args, *[read_one() for read_one in readers])
-    return (dataclasses.replace(prologue, fn=read(prologue.fn),
-                                after_key=read(prologue.after_key)),
-            read(computation))
+def _trace_arguments(deep: list[int], readers):
+    """fn's arguments -> the traces' inputs: the deep containers at positions `deep` flat
+    (`ir.containers`), then the implicit inputs read from their sources."""
+    flat = containers.flat_argument
+
+    def arguments(args):
+        if deep:
+            args = [flat(a) if i in deep else a for i, a in enumerate(args)]
+        return (*args, *[read_one() for read_one in readers])
+    return arguments
 
 
-def _check_outputs(x):
-    for v in iter_vars(x):
-        if not isinstance(v, (TensorProxy, IntProxy)):
-            raise TypeError(f"unsupported output {v!r}")
-    return x
+def _taking_arguments(prologue, computation, arguments):
+    """The prologue and computation of an entry whose traces take `arguments(args)`, taking
+    fn's arguments."""
+    def taking(fn):
+        return lambda *args: fn(*arguments(args))
+    return (dataclasses.replace(prologue, fn=taking(prologue.fn),
+                                after_key=taking(prologue.after_key)),
+            taking(computation))
 
 
 def compile_trace(trace: Trace):
@@ -289,6 +303,7 @@ class JitFunction:
         self.history: list[Entry] = []         # every cached entry, oldest first
         self.eager_entry = Entry(None, lambda *values: self.call_fn(values), [], {})
         self.warned_limit = False
+        self.warned_eager: set[str] = set()     # reasons for running eagerly, warned
         self.warned_executors: set[str] = set()     # named executors that ran nothing, warned
         self.last_entry: Entry | None = None
         self.__wrapped__ = fn
@@ -301,7 +316,13 @@ class JitFunction:
             self.__name__ = f"{type(fn.__self__).__name__}.{self.__name__}"
         # a bound method of a module: its module tree joins the cache key (`ir.modules`)
         self.module = modules.owner_module(fn)
-        self.own_hooks = False      # whether the module's own hooks would run (ir.jit(module))
+
+    def options(self) -> dict:
+        """The keyword arguments of `ir.jit` that made this function (executors by name where
+        registered under it)."""
+        executors = [ex.name if _registered(ex) else ex for ex in self.executors
+                     if ex is not torch_executor]
+        return {"executors": executors, "cache": self.cache_mode, "cache_limit": self.cache_limit}
 
     def bind(self, args, kwargs):
         """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
@@ -327,10 +348,11 @@ class JitFunction:
         return self.fn(*positional, **keywords)
 
     def key(self, args):
-        """The hashed cache key: the grad mode, then each argument's key."""
+        """The hashed cache key: the grad mode, the autocast state, then each argument's key."""
         constant = self.constant
         try:
-            key = (torch.is_grad_enabled(), *[arg_key(a, constant) for a in args])
+            key = (torch.is_grad_enabled(), autocast.state(),
+                   *[arg_key(a, constant) for a in args])
         except UnsupportedArgument:
             for name, a in zip(self.param_names, args):
                 try:
@@ -339,7 +361,7 @@ class JitFunction:
                     raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
             raise
         if self.module is not None:
-            return (modules.structure_key(self.module, self.own_hooks), *key)
+            return (modules.structure_key(self.module), *key)
         return key
 
     def __call__(self, *args, **kwargs):
@@ -351,8 +373,14 @@ class JitFunction:
         """The cache entry whose guards these arguments pass; compiles a new one on a miss.
         Hits read the entries without a lock; a miss takes the compile lock and looks again, as
         another thread may have compiled the entry meanwhile. A compile that raises stores
-        nothing."""
-        key = self.key(args)
+        nothing. Under a function transform, or with a tensor subclass, the eager entry."""
+        reason = transforms.active_transform()
+        if reason is not None:
+            return self.run_eagerly(reason)
+        try:
+            key = self.key(args)
+        except transforms.RunsEagerly as why:
+            return self.run_eagerly(str(why))
         if self.caching:    # the hit path, inlined (no call more than before the lock existed)
             for entry in self.entries.get(key, ()):
                 if entry.prologue.after_key(*args):
@@ -369,7 +397,7 @@ class JitFunction:
         self.stats.misses += 1
         if self.caching and self.history:
             recompiles.log_recompile(self.__name__, self.history, args, self.constant,
-                                     self.module_change(key))
+                                     self.module_change(key) or self.state_change(key))
             if (self.cache_limit is not None
                     and len(self.entries.get(key, ())) >= self.cache_limit):
                 return self.past_limit()
@@ -384,11 +412,25 @@ class JitFunction:
 
     def module_change(self, key) -> str | None:
         """How the module tree differs from the nearest entry's (the fewest modules differing;
-        the newest among equals), where no entry has this one."""
+        the newest among equals), where no entry has this one; else which module attribute an
+        entry of this key read has changed."""
         if self.module is None or any(e.key[:1] == key[:1] for e in self.history):
-            return None
+            return module_attributes.change(self.history, key, self.module)
         nearest = min(reversed(self.history), key=lambda e: modules.distance(e.key[0], key[0]))
         return modules.describe_change(self.module, nearest.key[0], key[0])
+
+    def state_change(self, key) -> str | None:
+        """How the grad mode or the autocast state differs from the newest entry's, where no
+        entry was compiled in this call's."""
+        at = 0 if self.module is None else 1     # a module's structure comes first
+        state = key[at:at + 2]
+        if any(e.key[at:at + 2] == state for e in self.history):
+            return None
+        before = self.history[-1].key[at:at + 2]
+        if before[0] != state[0]:
+            return f"grad mode changed {before[0]} -> {state[0]}"
+        return (f"autocast state changed {autocast.describe(before[1])} -> "
+                f"{autocast.describe(state[1])}")
 
     def compile_for_explain(self, args) -> Entry:
         """The entry these arguments would get, built without running a kernel, not cached."""
@@ -418,6 +460,18 @@ class JitFunction:
                             self.cache_limit)
         return self.eager_entry
 
+    def run_eagerly(self, reason: str) -> Entry:
+        """The eager entry for a call the traces cannot represent (`ir.transforms`), with a
+        warning once per reason."""
+        self.stats.eager += 1
+        if reason not in self.warned_eager:
+            self.warned_eager.add(reason)
+            warnings.warn(f"ir.jit: {self.__name__} was {reason}; such calls run eagerly on "
+                          "PyTorch without compiling, which gives eager's results",
+                          stacklevel=4)
+        self.last_entry = self.eager_entry
+        return self.eager_entry
+
     def checked_lookup(self, args) -> Entry:
         """`lookup` that also runs the whole prologue of the entry it returns (not only what
         the key leaves to check) and fails loudly where the entry does not accept the call,
@@ -436,16 +490,31 @@ class JitFunction:
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
-        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with tracing(ctx):
-            names = list(map(ctx.parameter_name, self.param_names))
-            inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
-                                           for name, a in zip(names, args)))
-            outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
-            outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
+        try:
+            with module_calls.intercepting(self.module) as calls, tracing(ctx):
+                names = list(map(ctx.parameter_name, self.param_names))
+                inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
+                                               for name, a in zip(names, args)))
+                outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
+                                        for (_, value), a in zip(inputs, args)])
+                outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
+        finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
+            final_grad_mode = torch.is_grad_enabled()
+            torch.set_grad_enabled(grad_mode)
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
-        args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
+        # implicit inputs: read from their sources at every call
+        readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
+        deep = [i for i, a in enumerate(args) if containers.is_deep(a)]
+        arguments = _trace_arguments(deep, readers) if readers or deep else None
+        args = _trace_arguments(deep, ())(args) + tuple(tensor for _, tensor, _ in ctx.captures)
         inputs += captured
+        # requires_grad of the inputs matters where an op was traced in grad mode
+        checks_requires_grad = grad_mode or ctx.grad_ops
+        if not checks_requires_grad:
+            for v in iter_vars(inputs):
+                if isinstance(v, TensorProxy):
+                    v.requires_grad = False
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
@@ -460,22 +529,29 @@ class JitFunction:
 
         def differentiate(fused):       # in grad mode, fusion groups become differentiable
             nonlocal backward, backward_host
-            if not grad_mode:
+            if not checks_requires_grad:
                 return fused
             fused, backward, backward_host = autodiff.differentiate(
                 fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
+        traces[-1] = grad_regions.regions(traces[-1], grad_mode, final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
-                                  keyed=len(inputs) - len(captured))
+                                  keyed=len(inputs) - len(captured),
+                                  requires_grad=checks_requires_grad)
         computation = compile_trace(traces[-1])
-        if captured:    # implicit inputs: read from their sources at every call
-            readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
-            prologue, computation = _reading(prologue, computation, readers)
+        if autocast.enabled():     # its casts are in the trace: none at run time
+            computation = autocast.disabled(computation)
+        if structure is not None:
+            computation = containers.rebuilding(computation, structure)
+        if arguments is not None:
+            prologue, computation = _taking_arguments(prologue, computation, arguments)
+        prologue = module_attributes.guarded(prologue, calls.reads, self.module)
+        cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
-                     ctx.specializations, backward)
+                     ctx.specializations, backward, arguments=arguments)
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one
@@ -512,10 +588,16 @@ def jit(fn, *, executors=None, cache="constant values",
     if isinstance(fn, modules.JitModule):
         fn = fn._orig_mod
     if isinstance(fn, torch.nn.Module):
-        jitted = JitFunction(fn.forward, executors, cache, cache_limit)
-        jitted.own_hooks = True     # its caller runs the JitModule's hooks, not the module's
-        return modules.JitModule(fn, jitted)
+        modules.refuse_wrapper(fn)
+        return modules.JitModule(fn, JitFunction(fn.forward, executors, cache, cache_limit))
     return JitFunction(fn, executors, cache, cache_limit)
+
+
+def _registered(executor) -> bool:
+    try:
+        return get_executor(executor.name) is executor
+    except (KeyError, ValueError):
+        return False
 
 
 def _jitted(jfn) -> JitFunction:

@@ -4,11 +4,11 @@
 The parameters and buffers a traced method reads are inputs of its traces, named after them
 (`blocks_0_attn_qkv_weight`) and read from their module at every call, so an optimizer step,
 `load_state_dict` or a parameter replaced by another of the same kind is seen by the next call.
-The module tree is part of the cache key, as the grad mode is: each module's identity and class,
-its training flag and the names of its parameters and buffers. A change there (`eval()`, a
-submodule replaced, a parameter set to None) misses the cache and compiles a new entry. Forward
-and backward hooks on the modules a call runs are refused: the traced forward would run them
-once, at tracing, instead of at every call.
+The module tree is part of the cache key, as the grad mode is (`structure_key`). A change
+there (`eval()`, a submodule replaced, a parameter set to None, weights tied or untied, hooks
+added) misses the cache and compiles a new entry; the number attributes a trace read are
+guarded by its entry (`ir.module_attributes`). A submodule whose call runs hooks is called as
+an opaque call, in eager, at every call (`ir.module_calls`).
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import re
 import torch
 from torch.nn.modules import module as _torch_module
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks",
                  "_global_backward_hooks", "_global_backward_pre_hooks")
-
-
-class HookError(NotImplementedError):
-    """A module the jitted call would run has forward or backward hooks."""
+# Wrappers whose forward does per-call work (DDP's reducer, DataParallel's scatter, FSDP's
+# unshard): never traced; a submodule of these classes runs as an opaque call.
+_WRAPPERS = {("torch.nn.parallel.distributed", "DistributedDataParallel"),
+             ("torch.nn.parallel.data_parallel", "DataParallel"),
+             ("torch.distributed.fsdp.fully_sharded_data_parallel", "FullyShardedDataParallel")}
 
 
 def owner_module(fn):
@@ -33,71 +33,100 @@ def owner_module(fn):
     return owner if inspect.ismethod(fn) and isinstance(owner, torch.nn.Module) else None
 
 
+def wrapper_name(module) -> str | None:
+    """The class name of a wrapper with per-call work in its forward (DDP, DataParallel, FSDP)
+    that `module` is, else None."""
+    for cls in type(module).__mro__:
+        if (cls.__module__, cls.__name__) in _WRAPPERS:
+            return cls.__name__
+    return None
+
+
+def module_path(root, module) -> str:
+    """`module`'s path in the tree of `root` (`blocks.0.attn`, `(top)`), else its class name."""
+    if isinstance(root, torch.nn.Module):
+        for path, mod in root.named_modules():
+            if mod is module:
+                return path or "(top)"
+    return type(module).__name__
+
+
+def has_hooks(module) -> bool:
+    """Whether calling `module` runs hooks: its own, global module hooks, or a forward replaced
+    on the instance (as accelerate's hooks do)."""
+    d = module.__dict__
+    return bool(d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or "forward" in d or _global_hooks())
+
+
+def _global_hooks() -> bool:
+    return any(getattr(_torch_module, name) for name in _GLOBAL_HOOKS)
+
+
+def _identifier(path: str, name: str, taken) -> str:
+    ident = re.sub(r"\W", "_", f"{path}.{name}" if path else name)
+    if ident[0].isdigit():
+        ident = "p_" + ident
+    while ident in taken:
+        ident += "_"
+    return ident
+
+
 def state_sources(module) -> dict:
-    """identifier -> (tensor, reader) for every parameter and buffer of `module`'s tree, named
+    """identifier -> (tensor, reader) for every parameter and buffer of `module`'s tree, and
+    every tensor attribute of its modules that is neither (`self.mask = torch.ones(...)`), named
     by its path with `_` for `.` (`blocks_0_attn_qkv_weight`); `reader()` reads the tensor from
     its module at the time of the call. A tensor held twice (tied weights) is named once."""
     found, seen = {}, set()
     for path, mod in module.named_modules():
-        for store in (mod._parameters, mod._buffers):
+        for store in (mod._parameters, mod._buffers, mod.__dict__):
             for name, tensor in store.items():
-                if tensor is None or id(tensor) in seen:
+                if not isinstance(tensor, torch.Tensor) or id(tensor) in seen:
                     continue
                 seen.add(id(tensor))
-                ident = re.sub(r"\W", "_", f"{path}.{name}" if path else name)
-                if ident[0].isdigit():
-                    ident = "p_" + ident
-                while ident in found:
-                    ident += "_"
-                found[ident] = (tensor, lambda store=store, name=name: store[name])
+                found[_identifier(path, name, found)] = (
+                    tensor, lambda store=store, name=name: store.get(name))
     return found
 
 
-def structure_key(module, own_hooks: bool) -> tuple:
-    """What the traces of `module`'s methods take as constant about its tree, one record per
-    module (depth first): identity, class, training flag, the names of its parameters and
-    buffers, and which of them are None. Raises HookError where a module that a call runs has
-    hooks (the top module's own hooks only with `own_hooks`: calling a bound method skips them).
-    Run at every call: kept to plain dict and tuple work."""
-    if any(getattr(_torch_module, name) for name in _GLOBAL_HOOKS):
-        raise HookError("ir.jit: global module hooks are registered (torch.nn.modules.module."
-                        "register_module_forward_hook and the like); a jitted module's forward "
-                        "is traced once, so they would not run at every call: remove them")
-    if own_hooks:
-        _check_hooks(module)
-    records, stack = [], [module]
+def structure_key(module) -> tuple:
+    """What the traces of `module`'s methods take as constant about its tree: one record per
+    module (depth first) of its identity, class, training flag, the names of its parameters and
+    buffers, which of them are None and whether calling it runs hooks (then the trace calls it
+    as an opaque call); then which state slots hold one tensor (tied weights), as (slot, first
+    slot holding it) pairs. Run at every call: kept to plain dict and tuple work."""
+    records, stack, ties, first_slot, slot = [], [module], [], {}, 0
+    global_hooks = _global_hooks()
     while stack:
         mod = stack.pop()
         d = mod.__dict__
         params, buffers = d["_parameters"], d["_buffers"]
-        unset = (tuple(k for k, v in params.items() if v is None)
-                 + tuple(k for k, v in buffers.items() if v is None)
-                 if params or buffers else ())
+        unset = ()
+        for store in (params, buffers):
+            for name, value in store.items():
+                if value is None:
+                    unset += (name,)
+                    continue
+                first = first_slot.setdefault(id(value), slot)
+                if first != slot:
+                    ties.append((slot, first))
+                slot += 1
+        hooked = mod is not module and bool(
+            global_hooks or d["_forward_hooks"] or d["_forward_pre_hooks"]
+            or d["_backward_hooks"] or d["_backward_pre_hooks"] or "forward" in d)
         records.append((id(mod), mod.__class__, mod.training, tuple(params), tuple(buffers),
-                        unset))
+                        unset, hooked))
         children = d["_modules"]
         if children:
-            for child in reversed(children.values()):
-                if child is not None:
-                    _check_hooks(child)
-                    stack.append(child)
-    return tuple(records)
-
-
-def _check_hooks(mod):
-    d = mod.__dict__
-    if not (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
-            or d["_backward_pre_hooks"]):
-        return
-    kinds = [name.strip("_").replace("_", " ") for name in _HOOK_DICTS if getattr(mod, name)]
-    raise HookError(f"ir.jit: a {type(mod).__name__} module of the jitted module has "
-                    f"{' and '.join(kinds)}; its forward is traced once, so they would not "
-                    "run at every call: remove them (or jit the modules they wrap)")
+            stack.extend(child for child in reversed(children.values()) if child is not None)
+    return tuple(records), tuple(ties)
 
 
 def distance(old: tuple, new: tuple) -> int:
-    """How many module records of two structure keys differ."""
-    return sum(a != b for a, b in zip(old, new)) + abs(len(old) - len(new))
+    """How many module records (and tie patterns) of two structure keys differ."""
+    (old_records, old_ties), (new_records, new_ties) = old, new
+    return (sum(a != b for a, b in zip(old_records, new_records))
+            + abs(len(old_records) - len(new_records)) + (old_ties != new_ties))
 
 
 def _set_names(record, field) -> list:
@@ -109,6 +138,7 @@ def describe_change(module, old: tuple, new: tuple) -> str | None:
     """Why `new` (the structure key of `module` now) differs from `old`, in words, or None."""
     if old == new:
         return None
+    (old, old_ties), (new, new_ties) = old, new
     paths = [path for path, _ in module.named_modules(remove_duplicate=False)]
     for i, (was, now) in enumerate(zip(old, new)):
         if was == now:
@@ -122,26 +152,51 @@ def describe_change(module, old: tuple, new: tuple) -> str | None:
             before, after = _set_names(was, field), _set_names(now, field)
             if before != after:
                 return f"{where}: its {kind} changed {before} -> {after}"
+        if was[6] != now[6]:
+            now_runs = "added: it now runs" if now[6] else "removed: it no longer runs"
+            return f"{where}: hooks {now_runs} as an opaque call in eager"
         return f"{where}: its parameters or buffers changed"
-    return f"the module tree changed: {len(old)} -> {len(new)} modules"
+    if len(old) != len(new):
+        return f"the module tree changed: {len(old)} -> {len(new)} modules"
+    return (f"which parameters and buffers share one tensor (tied weights) changed: "
+            f"{list(old_ties)} -> {list(new_ties)} (slot, tied to slot)")
+
+
+def refuse_wrapper(module) -> None:
+    """Raises for `ir.jit` of a wrapper whose forward does per-call work (DDP's reducer, FSDP's
+    unshard): traced, that work would run once. The wrapper goes around the jitted module."""
+    name = wrapper_name(module)
+    if name is not None:
+        raise TypeError(f"ir.jit: {name}'s forward does per-call work (communication, "
+                        f"scattering) that a trace would run once; jit the module it wraps "
+                        f"and wrap the jitted module instead: {name}(ir.jit(model))")
+
+
+# The JitModule's own state that is not the original's: everything else is read from and
+# written to the original.
+_OWN = frozenset({"_orig_mod", "_jitted"})
 
 
 class JitModule(torch.nn.Module):
     """What `ir.jit(module)` returns: the module, with its forward jitted.
 
-    It shares the original's parameters, buffers and submodules (its `named_parameters()`,
-    `state_dict()` and `named_modules()` names are the original's), and `train()`/`eval()`,
-    `.to()`/`.cuda()`/`.float()`, `state_dict()`/`load_state_dict()` act on the original; other
-    attributes are the original's. Hooks registered on the JitModule itself run as on any
-    module; hooks on the original or its submodules are refused at the call (see `HookError`).
+    It shares the original's parameters, buffers, submodules and hooks (its `named_parameters()`,
+    `state_dict()` and `named_modules()` names are the original's, and a hook registered on
+    either runs at the calls of both), and `train()`/`eval()`, `.to()`/`.cuda()`/`.float()`,
+    `state_dict()`/`load_state_dict()` act on the original; other attributes are read from and
+    written to the original. `copy.deepcopy`, `pickle` and `torch.save` copy the original and
+    jit the copy with the same options (the cache is not copied).
     """
 
     def __init__(self, module: torch.nn.Module, jitted):
         super().__init__()
-        # Not registered as a submodule: the tree below is the original's own.
-        self.__dict__.update(_orig_mod=module, _jitted=jitted, _parameters=module._parameters,
-                             _buffers=module._buffers, _modules=module._modules,
-                             _non_persistent_buffers_set=module._non_persistent_buffers_set)
+        d = self.__dict__
+        # Not registered as a submodule: the tree below is the original's own; the hook
+        # dictionaries are the original's, so its hooks run when the JitModule is called.
+        shared = [k for k in d if k in ("_parameters", "_buffers", "_modules",
+                                        "_non_persistent_buffers_set") or "hooks" in k]
+        d.update({k: module.__dict__[k] for k in shared}, _orig_mod=module, _jitted=jitted)
+        d.pop("_is_full_backward_hook", None)       # read from (and written to) the original
 
     @property
     def training(self) -> bool:
@@ -179,5 +234,26 @@ class JitModule(torch.nn.Module):
         except AttributeError:
             return getattr(self.__dict__["_orig_mod"], name)
 
+    def __setattr__(self, name: str, value) -> None:
+        if name in _OWN or hasattr(type(self), name):   # `training`, `__class__` (FSDP2)
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _OWN or name in self.__dict__:
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __reduce_ex__(self, protocol):
+        """Copies and pickles as the original module and the jit options (not the cache)."""
+        return _rebuild, (self._orig_mod, self._jitted.options())
+
     def __repr__(self) -> str:
         return f"ir.jit({self._orig_mod!r})"
+
+
+def _rebuild(module, options: dict) -> JitModule:
+    from ir.jit import jit
+    return jit(module, **options)

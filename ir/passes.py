@@ -12,7 +12,7 @@ from ir.trace import Eqn, Trace, iter_vars, map_vars
 
 
 def dce(trace: Trace, keep_host: bool = False) -> Trace:
-    """Drops equations whose outputs are unused. Example: `t1 = exp(t0)` with t1 never read
+    """Drops equations whose outputs are unused (but calls with effects). Example: `t1 = exp(t0)` with t1 never read
     disappears; `(i0, i1) = x.shape` with only i1 read becomes `(_, i1) = x.shape`.
     keep_host keeps host equations, which fusion passes may still need for the sizes of
     intermediate tensors."""
@@ -23,8 +23,9 @@ def dce(trace: Trace, keep_host: bool = False) -> Trace:
             kept.append(eqn)
             live.update(id(v) for v in eqn.input_vars())
             continue
-        if not any(v is not None and id(v) in live for v in eqn.outs):
-            continue
+        if not (eqn.params.get("effects") or any(v is not None and id(v) in live
+                                                 for v in eqn.outs)):
+            continue        # kept: a call with effects beyond its outputs (a module's hooks)
         outs = tuple(v if v is not None and id(v) in live else None for v in eqn.outs)
         kept.append(eqn if all(a is b for a, b in zip(outs, eqn.outs)) else eqn.replace(outs=outs))
         live.update(id(v) for v in eqn.input_vars())
@@ -45,9 +46,10 @@ def _hashable(x):
 
 def cse(trace: Trace) -> Trace:
     """Replaces an equation that repeats an earlier one (same prim, args and params) by the
-    earlier outputs. Example: two `x.shape` queries become one. Opaque symbols and copies are
-    left alone, and so is a repeat that would make two distinct outputs one tensor
-    (`return x * 2, x * 2` returns two tensors, as in eager)."""
+    earlier outputs (computed in the same grad mode, `ir.grad_regions`). Example: two `x.shape`
+    queries become one. Opaque symbols and copies are left alone, and so is a repeat that would
+    make two distinct outputs one tensor (`return x * 2, x * 2` returns two tensors, as in
+    eager)."""
     env: dict[int, Var] = {}
     seen: dict[tuple, Eqn] = {}
     eqns = []
@@ -62,7 +64,8 @@ def cse(trace: Trace) -> Trace:
         if eqn.prim.kind == "opaque" or eqn.prim.name == "copy":
             eqns.append(eqn)
             continue
-        key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params))
+        key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params),
+               tuple(getattr(o, "requires_grad", None) for o in eqn.outs))  # grad-mode regions
         first = seen.get(key)
         distinct = first is not None and any(
             id(old) in outputs and id(new) in returned for old, new in zip(eqn.outs, first.outs))

@@ -1,7 +1,8 @@
 """The prologue: generated Python that checks a cache entry's guards on the call's arguments.
 
-It checks the grad mode the entry was compiled for (`torch.is_grad_enabled()`), each tensor's
-type, dtype, device, rank and (in grad mode) requires_grad, its sizes (exactly in
+It checks the grad mode the entry was compiled for (`torch.is_grad_enabled()`), the autocast
+state (`ir.autocast.state`), each tensor's type, dtype, device, rank and (in grad mode, or where
+`fn` enables grad inside) requires_grad, its sizes (exactly in
 "constant values" mode; 0/1-ness and the traced guards in "symbolic values" mode), each other
 argument's value (constant mode) or type (symbolic mode), and the guards that tracing and the
 executors recorded (size comparisons, pointer alignment, strides, divisibility). It returns True
@@ -22,6 +23,7 @@ import math
 
 import torch
 
+from ir import autocast
 from ir.proxies import ScalarProxy, TensorProxy, Var
 from ir.trace import iter_vars, render, render_eqn
 
@@ -191,17 +193,20 @@ def _guards_in_order(guards, eqns, input_vars) -> list[str]:
 
 
 def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True,
-                   keyed: int | None = None) -> Prologue:
+                   keyed: int | None = None, requires_grad: bool | None = None) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
     host equations, replayed here where a guard needs a derived size; grad_mode: whether the
-    entry was compiled with grad mode on (the cache key holds it too); keyed: how many inputs
-    the cache key covers (the rest, implicit inputs, are checked whole after a key match)."""
+    entry was compiled with grad mode on (the cache key holds it too, and the autocast state,
+    checked as it is now); keyed: how many inputs the cache key covers (the rest, implicit
+    inputs, are checked whole after a key match); requires_grad: whether the tensors'
+    requires_grad is checked (by default in grad mode; also where `fn` enables grad inside)."""
     ns = {"torch": torch, "math": math, "Tensor": torch.Tensor, "copysign": math.copysign}
     checks: list[tuple] = [(f"if {'not ' if grad_mode else ''}torch.is_grad_enabled(): "
-                            "return False", None)]
+                            "return False", None), (autocast.prologue_check(), None)]
+    requires_grad = grad_mode if requires_grad is None else requires_grad
     for i, (name, value) in enumerate(inputs):
         first = len(checks)
-        _check_value(name, value, symbolic, checks, ns, grad_mode)
+        _check_value(name, value, symbolic, checks, ns, requires_grad)
         if keyed is not None and i >= keyed:    # an implicit input: the cache key has not seen it
             checks[first:] = [(full, full) for full, _ in checks[first:]]
     input_vars = [v for _, value in inputs for v in iter_vars(value)]

@@ -28,10 +28,16 @@ def active_trace():
     return ctx
 
 
-class Var:
-    """A named value of a trace: an input, or an output of one equation."""
+class DataDependentError(NotImplementedError):
+    """Python code read a traced tensor's data (`if mask.all():`, `bool(t)`, `t.item()`,
+    `float(t)`): its value is known only when the computation runs, so no trace can branch on it."""
 
-    __slots__ = ("name",)
+
+class Var:
+    """A named value of a trace: an input, or an output of one equation (its `name`, a slot of
+    each subclass: a TensorProxy's layout is a tensor's)."""
+
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return self.name
@@ -43,7 +49,7 @@ class ScalarProxy(Var):
     answer from the hint and guard the answer, and forcing a value (`int()`, `float()`, `bool()`)
     guards it."""
 
-    __slots__ = ("hint",)
+    __slots__ = ("name", "hint")
 
     def __init__(self, name: str, hint):
         self.name = name
@@ -182,10 +188,19 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
-class TensorProxy(Var):
-    """Metadata of a traced tensor. Torch functions and methods on it are recorded as symbols."""
+class TensorProxy(Var, torch.Tensor):
+    """Metadata of a traced tensor. Torch functions and methods on it are recorded as symbols.
 
-    __slots__ = ("shape", "dtype", "device", "requires_grad", "neg")
+    It is a `torch.Tensor` subclass (a wrapper without storage, on the meta device), so library
+    code's `isinstance(t, torch.Tensor)` and `torch.is_tensor(t)` take eager's branch; its
+    metadata are its own slots, which shadow the tensor's, and every torch function or method
+    reaches the tracer through `__torch_function__` before any kernel could run."""
+
+    __slots__ = ("name", "shape", "dtype", "device", "requires_grad", "neg")
+
+    @staticmethod
+    def __new__(cls, name, shape, dtype, device, requires_grad=False, neg=False):
+        return torch.Tensor._make_wrapper_subclass(cls, (), dtype=dtype, device="meta")
 
     def __init__(self, name, shape, dtype, device, requires_grad=False, neg=False):
         self.name = name
@@ -197,7 +212,14 @@ class TensorProxy(Var):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = _tensor_attribute(func)
+        if name is not None and args and isinstance(args[0], TensorProxy):     # x.exp(), x.T
+            return active_trace().tensor_attribute(args[0], name, args[1:], kwargs or {})
         return active_trace().call_torch(func, args, kwargs or {})
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError(f"ir.jit: {func} reached the dispatcher with a traced tensor")
 
     @property
     def ndim(self) -> int:
@@ -232,17 +254,29 @@ class TensorProxy(Var):
             raise TypeError("iteration over a 0-d tensor")
         return iter(active_trace().call_method("unbind", self, ()))
 
-    def __bool__(self):
-        raise NotImplementedError(
-            f"the truth value of traced tensor {self.name} depends on data; data-dependent control "
-            "flow is not supported")
-
     def __getattr__(self, name):
         return active_trace().tensor_method(self, name)
 
     def type_string(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
         return f"{DTYPE_ABBREV.get(self.dtype, str(self.dtype))}[{dims}]"
+
+
+_TENSOR_ATTRIBUTES: dict = {}
+
+
+def _tensor_attribute(func) -> str | None:
+    """The name of the `torch.Tensor` method or property that `func` is (what
+    `__torch_function__` receives for `x.exp()` or `x.T`), or None for a torch function."""
+    if not _TENSOR_ATTRIBUTES:
+        for name, value in [*vars(torch._C.TensorBase).items(), *vars(torch.Tensor).items()]:
+            getter = getattr(value, "__get__", None) if not callable(value) else value
+            if getter is not None:
+                _TENSOR_ATTRIBUTES[getter] = name
+    try:
+        return _TENSOR_ATTRIBUTES.get(func)
+    except TypeError:   # not hashable
+        return None
 
 
 def _dunder(torch_name):
@@ -266,6 +300,21 @@ def _in_place(name):
                                   "(eager would mutate the tensor; write x = x + y instead)")
     method.__name__ = name
     return method
+
+
+def _reads_data(operation):
+    def method(self, *args, **kwargs):
+        active_trace().reads_data(operation, self)
+    method.__name__ = operation
+    return method
+
+
+# Python values of a tensor's data: refused while tracing (`DataDependentError`)
+for _name, _operation in (("__bool__", "bool()"), ("__float__", "float()"), ("__int__", "int()"),
+                          ("__complex__", "complex()"), ("__index__", "an index"),
+                          ("item", ".item()"),
+                          ("tolist", ".tolist()"), ("numpy", ".numpy()")):
+    setattr(TensorProxy, _name, _reads_data(_operation))
 
 
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",

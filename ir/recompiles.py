@@ -35,7 +35,9 @@ def _tensor_mismatches(name: str, proxy: TensorProxy, value, constant: bool):
     if value.ndim != proxy.ndim:
         yield f"{name}: rank changed {proxy.ndim} -> {value.ndim}"
         return
-    if value.requires_grad != proxy.requires_grad:
+    # without grad mode no traced value needs grad, whatever the tensor's flag (the prologue
+    # does not check it then)
+    if torch.is_grad_enabled() and value.requires_grad != proxy.requires_grad:
         yield f"{name}: requires_grad changed {proxy.requires_grad} -> {value.requires_grad}"
     for d, (traced, size) in enumerate(zip(proxy.shape, value.shape)):
         if not isinstance(traced, IntProxy) and traced != size:
@@ -163,7 +165,11 @@ def _unpack(name, value) -> list[str]:
 
 
 def entry_failures(entry, args, constant: bool) -> list[str]:
-    """Every argument check of `entry` that `args` fail; else the first failing guard, if any."""
+    """Every argument check of `entry` that `args` fail; else the first failing guard, if any.
+    The checks read what the entry's traces take: deep containers flat, implicit inputs (captured
+    tensors, module state) read from their sources."""
+    if entry.arguments is not None:
+        args = entry.arguments(args)
     failed = list(mismatches(entry.traces[0].inputs, args, constant))
     if failed:
         return failed

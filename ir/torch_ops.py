@@ -443,6 +443,10 @@ HANDLERS[torch.numel] = HANDLERS[torch.Tensor.numel] = TensorProxy.numel
 METHODS["numel"] = METHODS["nelement"] = TensorProxy.numel
 METHODS["dim"] = METHODS["ndimension"] = TensorProxy.dim
 METHODS["element_size"] = lambda input: input.dtype.itemsize
+METHODS["get_device"] = lambda input: input.device.index if input.device.type != "cpu" else -1
+METHODS["is_signed"] = lambda input: input.dtype.is_signed
+HANDLERS[torch.Tensor.get_device] = METHODS["get_device"]
+HANDLERS[torch.Tensor.is_signed] = METHODS["is_signed"]
 
 
 @register(torch.is_floating_point, torch.Tensor.is_floating_point, methods=("is_floating_point",))
@@ -458,6 +462,23 @@ def is_complex(input):
 @register(torch.Tensor.is_contiguous, methods=("is_contiguous",))
 def is_contiguous(input, memory_format=torch.contiguous_format):
     return layout_meta(input).is_contiguous(memory_format=memory_format)
+
+
+@register(torch.Tensor.stride, methods=("stride",))
+def stride(input, dim=None):
+    """Eager's strides of the traced tensor (`layout_meta`): of a contiguous one, products of its
+    sizes (symbolic where they are); of another, its strides with its sizes specialized."""
+    meta = layout_meta(input)
+    if meta.is_contiguous():
+        strides, step = [], 1
+        for size in reversed(input.shape):
+            strides.insert(0, step)
+            step = step * size
+    else:
+        for size in input.shape:
+            specialize(size)
+        strides = list(meta.stride())
+    return tuple(strides) if dim is None else strides[dim]
 
 
 @register(torch.Tensor.cpu, methods=("cpu",))
@@ -476,6 +497,15 @@ def _matrix_transpose(input):
 PROPERTIES = {"T": lambda input: permute(input, tuple(reversed(range(input.ndim)))),
               "mT": _matrix_transpose}
 PROPERTIES["H"], PROPERTIES["mH"] = PROPERTIES["T"], PROPERTIES["mT"]
+# Attributes that library code reads of a tensor, answered from the metadata (traced tensors are
+# dense, strided and real: `ir.jit` refuses other arguments)
+PROPERTIES.update({
+    "layout": lambda input: torch.strided, "itemsize": lambda input: input.dtype.itemsize,
+    "nbytes": lambda input: input.numel() * input.dtype.itemsize,
+    "is_cpu": lambda input: input.device.type == "cpu",
+    "is_meta": lambda input: input.device.type == "meta",
+    **dict.fromkeys(("is_sparse", "is_quantized", "is_nested", "is_mkldnn", "is_sparse_csr"),
+                    lambda input: False)})
 
 
 # ---- views and resizes ---------------------------------------------------------------------
@@ -808,14 +838,22 @@ def unbind(input, dim=0):
                  for i in range(specialize(input.shape[d])))
 
 
+def _legacy_empty(t) -> bool:
+    """A 1-d tensor of size 0 (`torch.tensor([])`), which eager's cat skips (a KV cache starts as
+    one) but for the dtype of the result."""
+    return t.ndim == 1 and isinstance(t.shape[0], int) and t.shape[0] == 0
+
+
 @register(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of tensors")
-    ndim = tensors[0].ndim
+    kept = [t for t in tensors if not _legacy_empty(t)] or tensors
+    ndim = kept[0].ndim
     d = _dim(dim, ndim)
     dtype = meta_dtype(lambda *ts: torch.cat(ts, d), *tensors)
+    tensors = kept
     for t in tensors[1:]:
         if t.ndim != ndim:
             raise RuntimeError(f"torch.cat(): tensors must have the same rank, got {ndim} and "

@@ -132,10 +132,14 @@ class Trace:
         for v in self.input_vars():
             if isinstance(v, TensorProxy):
                 lines.append(f"  # {v.name}: {v.type_string()}")
+        indent = "  "
         for eqn in self.eqns:
-            lines.extend("  " + line for line in render_eqn(eqn))
+            block = eqn.params.get("grad_block", 0)    # a `with` block's start (1) or end (-1)
+            indent = indent[:-2] if block < 0 else indent
+            lines.extend(indent + line for line in render_eqn(eqn))
+            indent += "  " if block > 0 else ""
         lines.append(f"  return {render(self.outputs)}")
-        return "\n".join(line for line in lines if line != "")
+        return "\n".join(line for line in lines if line.strip())
 
 
 def render_eqn(eqn: Eqn) -> list[str]:

@@ -21,9 +21,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ir import prims
-from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, FloatProxy, IntProxy, ScalarProxy,
-                        TensorProxy, Var, active_trace, hint)
+from ir import autocast, prims
+from ir.grad_regions import output_requires_grad
+from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, DataDependentError, FloatProxy,
+                        IntProxy, ScalarProxy, TensorProxy, Var, active_trace, hint)
 from ir.trace import Eqn
 
 
@@ -62,6 +63,7 @@ class TraceContext:
     captures: list = dataclasses.field(default_factory=list)    # (proxy, tensor, source name)
     capture_sources: dict = dataclasses.field(default_factory=dict)  # id(tensor) -> source name
     make_input: object = None           # (name, tensor) -> the proxy of an input (set by the jit)
+    grad_ops: bool = False              # whether an op was traced in grad mode (ir.grad_regions)
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -133,17 +135,46 @@ class TraceContext:
 
     def call_torch(self, func, args, kwargs):
         args, kwargs = self.run(self.captured, (args, kwargs))
+        args, kwargs = self.autocast(getattr(func, "__name__", ""), args, kwargs)
         return self.run(call_torch, func, args, kwargs)
 
     def call_method(self, name: str, tensor, args):
-        return self.run(call_method, name, tensor, self.run(self.captured, args))
+        (tensor, *args), _ = self.autocast(name, (tensor, *self.run(self.captured, args)), {})
+        return self.run(call_method, name, tensor, tuple(args))
+
+    def reads_data(self, operation: str, tensor) -> None:
+        """Raises DataDependentError for Python code reading a traced tensor's data, naming the
+        user's line and the operation."""
+        raise DataDependentError(
+            f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
+            f"{tensor.name} reads its data, which is known only when the computation runs "
+            "(data-dependent Python control flow cannot be traced). Use torch.compile(fn, backend=\"triton_exec\"), which runs "
+            "such code eagerly between compiled graphs, or compute both branches with "
+            "torch.where.")
+
+    def tensor_attribute(self, tensor, name: str, args, kwargs):
+        """`tensor.name(*args, **kwargs)`, or the property `tensor.name` (no arguments)."""
+        attribute = self.tensor_method(tensor, name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
 
     def tensor_method(self, tensor, name: str):
         attribute = self.run(tensor_method, tensor, name)
         if not callable(attribute):
             return attribute
-        return lambda *args, **kwargs: self.run(attribute, *self.run(self.captured, args),
-                                                **self.run(self.captured, kwargs))
+
+        def method(*args, **kwargs):
+            (self_, *args), kwargs = self.autocast(name, (tensor, *self.run(self.captured, args)),
+                                                   self.run(self.captured, kwargs))
+            bound = attribute if self_ is tensor else self.run(tensor_method, self_, name)
+            return self.run(bound, *args, **kwargs)
+        return method
+
+    def autocast(self, name: str, args, kwargs):
+        """The user's call's arguments as eager's autocast casts them (`ir.autocast`); calls
+        made by tracer code are the user's op's own parts, which eager does not cast again."""
+        if self.depth:
+            return args, kwargs
+        return self.run(autocast.cast_arguments, name, args, kwargs)
 
 
 _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -215,10 +246,9 @@ def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
 
 
 def _needs_grad(args) -> bool:
-    """Whether an output computed from `args` requires grad, as autograd would say (for a float
-    output): the executors keep such values on PyTorch, which records the backward graph."""
-    return any(isinstance(x, TensorProxy) and x.requires_grad
-               for x in pytree.tree_flatten(args)[0])
+    """Whether an output computed from `args` now requires grad, as autograd would say (for a
+    float output): grad mode is on (`ir.grad_regions`) and an input requires grad."""
+    return output_requires_grad(pytree.tree_flatten(args)[0])
 
 
 def canonical(x):
@@ -510,8 +540,18 @@ def eager_checks(func, args, kwargs) -> None:
         run("cpu")
 
 
+# torch functions returning a Python value of their tensors' data
+_READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
+              torch.is_nonzero: "torch.is_nonzero", torch.Tensor.item: ".item()",
+              torch.Tensor.tolist: ".tolist()", torch.Tensor.__bool__: "bool()",
+              torch.Tensor.__float__: "float()", torch.Tensor.__int__: "int()"}
+
+
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
+    if func in _READ_DATA:
+        current().reads_data(_READ_DATA[func], next(
+            x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)))
     refuse_in_place(func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):

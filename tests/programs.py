@@ -19,6 +19,7 @@ Two static facts travel with each value, independent of the concrete inputs:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import linecache
 import math
@@ -811,15 +812,17 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
              op_names: Collection[str] | None = None, int_args: bool = False,
              main_dtypes: Collection[torch.dtype] = FLOAT_DTYPES + (torch.int32,),
              input_dtypes: Collection[torch.dtype] = INPUT_DTYPES,
-             base_shapes=None) -> Program:
+             base_shapes=None, regions: bool = False) -> Program:
     """A random program of min_ops..max_ops steps (fewer where no op of op_names applies) over
     1-3 input tensors, returning 1 or 2 tensors. op_names restricts the steps to those entries
     of OPS. With int_args, some slice bounds and pad widths become Python int arguments, passed
     after the tensors (for symbolic-values caching). main_dtypes: the dtype most inputs get is
     one of these, the others one of input_dtypes (also what casts target). The "in_place" op
     only where op_names asks for it: a program with one is refused by ir.jit. base_shapes: the
-    strategy of the first input's shape (default `shapes()`)."""
+    strategy of the first input's shape (default `shapes()`). With regions, steps run inside
+    autocast and grad-mode blocks (`REGIONS`) and matmuls join the ops (see `region_stacks`)."""
     builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
+    builders += list(REGION_OPS.values()) * REGION_OP_WEIGHT if regions else []
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     main_dtype = draw(st.sampled_from(list(main_dtypes)))
     base = draw(base_shapes if base_shapes is not None else shapes())
@@ -833,18 +836,23 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     env = dict(SOURCE_GLOBALS, **{v.name: v.tensor for v in pool})
 
     lines, in_place = [], None
+    stacks, stack = [], ()      # the regions open at each line
     n_ops = draw(st.integers(min_ops, max_ops))
     for _ in range(50 * n_ops):
         if len(lines) == n_ops:
             break
         int_args_before = dict(pool.int_args)
         step = draw(st.sampled_from(builders))(draw, pool)
+        line_stack = draw(next_region_stack(stack)) if regions else stack
         if step is not None and step.mag <= MAX_MAG:
             env.update(pool.int_args)
             try:
-                tensor = eval(step.expr, env)
+                with contextlib.ExitStack() as blocks:
+                    for region in line_stack:
+                        blocks.enter_context(eval(region, env))
+                    tensor = eval(step.expr, env)
             except RuntimeError:    # a scalar eager refuses for a narrow int (pad value -1, uint8)
-                step = None
+                step = None         # or mixed fp16 and bf16 under autocast
         if step is not None and tensor.dtype == torch.uint8 and tensor.numel() and int(
                 tensor.max()) > MAX_MAG:    # wrapped below 0: its static bound no longer holds
             step = None
@@ -859,7 +867,8 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
             dtypes = [tensor.dtype] + [v.tensor.dtype for v in step.operands]
             roundings += [d for d in dtypes if d in TOLERANCES]
         pool.append(Value(name, tensor, step.mag, exact, loosest(roundings)))
-        lines.append(f"    {name} = {step.expr}")
+        lines.append(f"{name} = {step.expr}")
+        stacks.append(stack := line_stack)
         in_place = in_place or step.in_place
 
     results = [pool[-1]]
@@ -868,7 +877,63 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     args = ", ".join([f"x{i}" for i in range(len(inputs))] + list(pool.int_args))
     inputs += pool.int_args.values()
     returned = ", ".join(v.name for v in results)
-    source = "\n".join([f"def program({args}):", *lines, f"    return {returned}"]) + "\n"
+    body = render_regions(lines, stacks)
+    source = "\n".join([f"def program({args}):", *body, f"    return {returned}"]) + "\n"
     rounding = tuple(v.rounding for v in results)
     return Program(source, compile_source(source), inputs,
                    rounding[0] if len(results) == 1 else rounding, in_place)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autocast and grad-mode regions (programs(regions=True))
+
+REGIONS = ("torch.autocast('cpu', dtype=torch.bfloat16)",
+           "torch.autocast('cpu', dtype=torch.float16)", "torch.autocast('cpu', enabled=False)",
+           "torch.no_grad()", "torch.enable_grad()", "torch.set_grad_enabled(False)")
+MAX_REGION_DEPTH = 2
+
+
+@st.composite
+def next_region_stack(draw, stack: tuple) -> tuple:
+    """The regions open at the next line: the same, one more opened, or the innermost closed."""
+    change = draw(st.sampled_from(["keep", "open", "close"]))
+    if change == "open" and len(stack) < MAX_REGION_DEPTH:
+        return stack + (draw(st.sampled_from(REGIONS)),)
+    if change == "close" and stack:
+        return stack[:-1]
+    return stack
+
+
+def render_regions(lines: list[str], stacks: list[tuple]) -> list[str]:
+    """The body's lines, each inside the `with` blocks of its stack (a block opens where a stack
+    grows; consecutive lines under the same stack share their blocks)."""
+    body, previous = [], ()
+    for line, stack in zip(lines, stacks):
+        shared = 0
+        while shared < min(len(previous), len(stack)) and previous[shared] == stack[shared]:
+            shared += 1
+        body += ["    " * (depth + 1) + f"with {stack[depth]}:"
+                 for depth in range(shared, len(stack))]
+        body.append("    " * (len(stack) + 1) + line)
+        previous = stack
+    return body
+
+
+def build_matmul(draw, pool):
+    """A matmul or linear (autocast runs them in its lower precision): `a @ b.mT`,
+    `torch.matmul(a, b.mT)` or `F.linear(a, b)` with a 2-d b sharing a's last size, else a's
+    first rows (`a.reshape(-1, k)[:4]`); divided by that size to keep the bound."""
+    a = choose(draw, pool, lambda v: v.kind == "float" and v.rank >= 1)
+    if a is None:
+        return None
+    size = a.shape[-1]
+    b = choose(draw, pool, lambda v: v.kind == "float" and v.rank == 2 and v.shape[-1] == size)
+    b_name = b.name if b is not None else f"{a.name}.reshape(-1, {size})[:4]"
+    template = draw(st.sampled_from(["{a} @ {b}.mT", "torch.matmul({a}, {b}.mT)",
+                                     "F.linear({a}, {b})"]))
+    expr = f"{template.format(a=a.name, b=b_name)} / {size}"
+    return Step(expr, [a, b or a], a.mag * (b or a).mag, keeps_exact=False)
+
+
+REGION_OPS = {"matmul": build_matmul}
+REGION_OP_WEIGHT = 3   # each is drawn as often as three other ops: autocast's main business

@@ -1,5 +1,6 @@
 """Recompile reasons on the `ir.recompiles` logger, and the per-function cache limit."""
 import logging
+import re
 import warnings
 
 import pytest
@@ -123,3 +124,35 @@ def test_the_default_limit_is_8_and_bad_limits_are_refused():
         with pytest.raises(ValueError, match="cache_limit"):
             ir.jit(scale, cache_limit=bad)
     assert ir.jit(scale, cache_limit=None).cache_limit is None
+
+
+W = torch.randn(8)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_entry_reading_captured_tensors_names_the_failed_check(caplog, mode):
+    """The checks read the captured tensors from their sources, as the prologue does (they used
+    to be left out: "the guards could not be evaluated (TypeError: check() missing ...)")."""
+    jfn = ir.jit(lambda x: x * W + 1, executors=["triton"], cache=mode)
+    with caplog.at_level(logging.INFO, logger="ir.recompiles"):
+        jfn(torch.randn(4, 8))
+        jfn(torch.randn(1, 8) if mode == "symbolic values" else torch.randn(2, 8))
+    (message,) = reasons(caplog)
+    assert "could not be evaluated" not in message
+    expected = ("guard i0 >= 2 failed: i0 = x.shape[0] = 1" if mode == "symbolic values"
+                else "x: size 0 changed 4 -> 2")
+    assert expected in message
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_module_in_symbolic_mode_names_the_failed_check(caplog, mode):
+    model = ir.jit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()),
+                   executors=["triton"], cache=mode)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="ir.recompiles"):
+        model(torch.randn(4, 8))
+        model(torch.randn(1, 8) if mode == "symbolic values" else torch.randn(2, 8))
+    (message,) = reasons(caplog)
+    assert "could not be evaluated" not in message
+    expected = (r"guard i0 >= 2 failed: i0 = \w+\.shape\[0\] = 1" if mode == "symbolic values"
+                else r"\w+: size 0 changed 4 -> 2")
+    assert re.search(expected, message), message

@@ -133,8 +133,8 @@ def test_indices_and_offsets_are_32_bit_below_2_to_the_31_elements():
 
 def test_indices_are_64_bit_from_2_to_the_31_elements(monkeypatch):
     # 2**31 elements do not fit a CPU test through the interpreter: lower the limit instead
-    from triton_exec import codegen
-    monkeypatch.setattr(codegen, "INT32_LIMIT", 64)
+    from triton_exec.codegen import kernel_types
+    monkeypatch.setattr(kernel_types, "INT32_LIMIT", 64)
     f = lambda x: F.pad(x, (1, 1)) * 2     # noqa: E731
     jfn = ir.jit(f, executors=["triton"], cache="symbolic values")
     small, large = torch.randn(3, 8), torch.randn(9, 30)

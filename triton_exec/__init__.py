@@ -6,17 +6,12 @@ resize-aware vectorized accesses.
     triton_exec.report(jfn, *args, out_dir="report")        # tune every kernel, write a report
 """
 import ir
-from triton_exec.executor import KernelRecord, TritonExecutor
+from triton_exec.executor import KernelRecord, TritonExecutor, last_kernels
 from triton_exec.reporting import report
 
 executor = ir.register_executor(TritonExecutor())
 executor_without_vectorization = ir.register_executor(
     TritonExecutor(vectorize=False, name="triton_novec"))
-
-
-def last_kernels(jfn) -> list[KernelRecord]:
-    """One record per kernel of the cache entry that the last call of `jfn` ran."""
-    return list(ir.last_entry(jfn).extra.get("triton", ()))
 
 
 __all__ = ["executor", "executor_without_vectorization", "last_kernels", "report", "KernelRecord",

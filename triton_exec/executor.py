@@ -228,3 +228,8 @@ class TritonExecutor(ir.Executor):
 
 def _example_tensor(t, device):
     return torch.empty([hint(s) for s in t.shape], dtype=t.dtype, device=device)
+
+
+def last_kernels(jfn) -> list[KernelRecord]:
+    """One record per kernel of the cache entry that the last call of `jfn` ran."""
+    return list(ir.last_entry(jfn).extra.get("triton", ()))

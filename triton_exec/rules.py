@@ -5,7 +5,7 @@ A `Rule` says how the prim lowers to kernel code, whether it is a view (it moves
 indices only: a group of views alone stays a free PyTorch view), on which dtypes it is fused, and
 how the inner-dim merge (`triton_exec.merge`) sees it. Fusion, merge and code generation read
 this table only, never a prim's name: a new fusible op is one `register` call, beside its
-lowering in `triton_exec.codegen`.
+lowering in its family's module (`triton_exec.codegen.lower_elementwise`, `lower_movement`).
 """
 from __future__ import annotations
 

@@ -1,0 +1,261 @@
+"""Loads of a group's inputs at a vector width: the offset of an index into a tensor (its strides:
+literals for a tensor torch makes, runtime strides passed divided by their guarded divisor), int32
+or int64 offsets, the width the analysis allows and the guards it rests on (alignment, strides,
+the span below 2**31), inner dims read as one (`merged_view`) and, under pair tiling, both
+elements of a pair in one contiguous load split in registers. Functions take the kernel writer
+`w` (`triton_exec.codegen.writer`, which calls `load`); imports `kernel_types`, `lowered` and
+`narrow_tiles` from this package.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ir import TensorProxy
+from triton_exec import index, vectorize
+from triton_exec.codegen import kernel_types
+from triton_exec.codegen.kernel_types import COMPUTE_DTYPE, is_constant, known
+from triton_exec.codegen.lowered import Access, Stride
+from triton_exec.codegen.narrow_tiles import held_tile
+from triton_exec.vectorize import Path
+
+
+def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
+    """The kernel name of the tile of input t at index idx (one index node per dim of t) under
+    `mask`, loaded at the width `path` and t's layout allow (`what`: which part, for the
+    access's label)."""
+    example = w.values.get(id(t))
+    argument = example is not None       # the prologue can guard its layout
+    if not argument:    # made by torch in this computation: the launcher makes it
+        w.contiguous_inputs.append(t.name)       # contiguous, so its layout is known
+        constant = all(known(s) for s in t.shape)
+        example = _contiguous_example(t if constant else w.originals.get(id(t), t))
+    else:
+        constant = False
+    inner = t.ndim - 1
+    original_dims = w.stride_dims.get(id(t), range(t.ndim))
+    if argument:    # the kernel reads raw storage: a view with the negative bit must not come
+        w.guards.append(("not_neg", t, None))
+    _offsets_fit_int32(w, t, example, argument)
+    layout = (example, constant, argument, original_dims)
+    halves = _pair_dim_load(w, t, idx, mask, what, layout)
+    if halves is not None:
+        return halves
+    terms, outer_strides, outer_dims = [], [], []
+    for d, (i, s) in enumerate(zip(idx, t.shape)):
+        if known(s) and s == 1:
+            continue
+        od = d if constant else original_dims[d]
+        if d == inner and example.stride(od) == 1:
+            if argument:
+                w.guards.append(("stride_eq", t, (od, 1)))
+            terms.append(i)
+            continue
+        if d != inner:
+            outer_strides.append(example.stride(od) if argument or constant else 1)
+            outer_dims.append(od)
+        terms.append(_stride_term(w, t, i, od, layout))
+    inner_stride = (example.stride(inner if constant else original_dims[inner])
+                    if t.ndim else 0)
+    walks = bool(idx) and t.ndim and index.coefficient(idx[-1], w.cols) == 1
+    inner_path = path if walks else path.broken()
+    dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
+    if w.pairs is not None and t.ndim and inner_stride == 1:
+        if index.coefficient(idx[-1], w.cols) == 2 and not is_constant(t.shape[-1], 1):
+            halves = _pair_load(w, t, example, terms[:-1], idx[-1], t.shape[-1], mask, what,
+                                outer_strides, dims)
+            if halves is not None:
+                return halves
+        # pair tiling: the width is what the index and the mask show Triton
+        inner_path = Path(w.pairs.gcd(idx[-1], mask, w.cols)) if walks else path.broken()
+    return _emit_load(w, t, example, index.add(*terms), mask, inner_path, what, inner_stride,
+                      outer_strides, dims)
+
+
+def _offsets_fit_int32(w, t, example, argument: bool) -> bool:
+    """Whether every offset into t fits int32 (its products with runtime strides are then
+    int32): with int32 logical indices, a tensor torch makes (fewer than 2**31 elements,
+    see `analysis`), or an argument whose span (its farthest element from its first,
+    `sum((size - 1) * |stride|)`) is below 2**31, a guard of the entry."""
+    key = id(w.originals.get(id(t), t))
+    if key not in w.int32_offsets:
+        span = sum((n - 1) * abs(st) for n, st in zip(example.shape, example.stride()))
+        fits = w.narrow and (not argument or span < kernel_types.INT32_LIMIT)
+        if fits and argument:
+            w.guards.append(("stride_span_lt", t, kernel_types.INT32_LIMIT))
+        w.int32_offsets[key] = fits
+    return w.int32_offsets[key]
+
+
+def _stride_term(w, t, i, od, layout):
+    """Index i times the stride of t's (original) dim od: a literal for a tensor torch
+    makes with constant sizes, else a runtime stride passed divided by its guarded
+    power-of-two divisor (int64 products where an index times a stride can pass 2**31,
+    int32 where `_offsets_fit_int32`)."""
+    example, constant, argument, _ = layout
+    stride = example.stride(od)
+    if constant:
+        return index.mul(i, stride)
+    scale = (vectorize.pow2_divisor(stride, w.max_vector)
+             if w.vectorize and argument else 1)
+    if scale > 1 and Stride(w.originals.get(id(t), t), od) not in w.leaves:
+        w.guards.append(("stride_divisible", t, (od, scale)))
+    fits = _offsets_fit_int32(w, t, example, argument)
+    leaf = w.runtime_int(Stride(w.originals.get(id(t), t), od), f"{t.name}_stride{od}", scale,
+                         bounded=fits)
+    return index.mul(i if fits else index.widen(i), leaf)
+
+
+def _pair_dim_load(w, t, idx, mask, what, layout):
+    """Under pair tiling, a tensor whose innermost dim holds the pairs ([..., n, 2], dim -2
+    walked by `cols`): its last two dims are one dim of 2n where they compose (strides 2 and
+    1; guarded for an argument), read as interleaved pairs (`_pair_load`); None otherwise."""
+    example, constant, argument, original_dims = layout
+    if (w.pairs is None or t.ndim < 2 or not is_constant(t.shape[-1], 2)
+            or not isinstance(idx[-1], index.Const)
+            or index.coefficient(idx[-2], w.cols) != 1):
+        return None
+    d2, d1 = (t.ndim - 2, t.ndim - 1) if constant else tuple(original_dims[-2:])
+    if example.stride(d1) != 1 or example.stride(d2) != 2:
+        return None
+    terms, outer_strides, outer_dims = [], [], []
+    for d, (i, s) in enumerate(zip(idx[:-2], t.shape[:-2])):
+        if known(s) and s == 1:
+            continue
+        od = d if constant else original_dims[d]
+        outer_strides.append(example.stride(od) if argument or constant else 1)
+        outer_dims.append(od)
+        terms.append(_stride_term(w, t, i, od, layout))
+    inner = index.add(index.mul(idx[-2], 2), idx[-1])
+    n = t.shape[-2]     # the extent of the two dims as one: 2n (a runtime n: the mask's)
+    extent = 2 * n if known(n) else vectorize.DIVISOR_CAP
+    halves = _pair_load(w, t, example, terms, inner, extent, mask, what, outer_strides,
+                        (d1, outer_dims) if argument else None)
+    if halves is not None and argument:
+        w.guards += [("stride_eq", t, (d1, 1)), ("strides_compose", t, (d2, d1, 2))]
+    return halves
+
+
+def _pair_load(w, t, example, outer_terms, inner, extent, mask, what, outer_strides, dims):
+    """Under pair tiling, a load at `2 * cols + c` (the pairs' elements, interleaved): one
+    contiguous load of both elements of each pair on the full tile, split in registers
+    (`tl.split`); the half `c % 2` is the value. None where the mask or the tensor's extent
+    cannot be carried to the full tile (the strided load then serves)."""
+    if mask.false:
+        return None
+    rest = index.add(inner, index.mul(w.cols, -2))
+    parity = index._terms(rest)[1] % 2
+    base = index.add(rest, -parity)
+    if base.divisor % 2 or (known(extent) and extent % 2) or (
+            not known(extent) and vectorize.hint_of(extent) % 2):
+        return None
+    full_mask = w.pairs.to_full(mask, w.cols)
+    if full_mask is None:
+        return None
+    if not known(extent):      # both elements of a pair lie inside the tensor
+        w.guards.append(("divisible", extent, 2))
+    offset = index.add(*outer_terms, w.pairs.full_cols, base)
+    key = (id(t), offset, full_mask)
+    if key not in w.pair_loads:
+        g = w.pairs.gcd(index.add(w.pairs.full_cols, base), full_mask, w.pairs.full_cols)
+        value = _emit_load(w, t, example, offset, full_mask, Path(g), f"{what}, pairs", 1,
+                           outer_strides, dims, full=True, inner_extent=extent)
+        halves = (w.names.fresh("v"), w.names.fresh("v"))
+        w.lines.append(f"{halves[0]}, {halves[1]} = "
+                       f"tl.split(tl.reshape({value}, [ROWS, COLS, 2]))")
+        w.pair_loads[key] = halves
+    return w.pair_loads[key][parity]
+
+
+def merged_view(w, t, i):
+    """t, an input of the group, with its dims i.. read as one: where their strides compose
+    (guarded for an argument; true of a contiguous tensor torch made) and their sizes are
+    constants; None otherwise, and for a value the group computes."""
+    if id(t) in w.producers or not all(known(s) for s in t.shape[i:]):
+        return None
+    key = (id(t), i)
+    if key not in w.views:
+        example = w.values.get(id(t))
+        dims = list(w.stride_dims.get(id(t), range(t.ndim)))
+        original = w.originals.get(id(t), t)
+        composed = [(dims[d], dims[-1], math.prod(t.shape[d + 1:]))
+                    for d in range(i, t.ndim - 1) if t.shape[d] != 1]
+        if example is not None and any(example.stride(a) != example.stride(b) * p
+                                       for a, b, p in composed):
+            return None
+        view = TensorProxy(t.name, tuple(t.shape[:i]) + (math.prod(t.shape[i:]),), t.dtype,
+                           t.device, t.requires_grad)
+        w.stride_dims[id(view)] = dims[:i] + [dims[-1]]
+        w.originals[id(view)] = original
+        if example is not None:
+            w.values[id(view)] = example
+            w.guards += [("strides_compose", original, c) for c in composed]
+        w.views[key] = view
+    return w.views[key]
+
+
+def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_strides,
+              dims, full: bool = False, inner_extent=None) -> str:
+    """dims: for an argument (whose layout the prologue guards), the original dim of its
+    innermost dim and those of `outer_strides`; None for a tensor made by torch. `full`:
+    a load of the full tile [ROWS, 2 * COLS] of pair tiling, whose innermost extent is
+    `inner_extent` (t's last two dims viewed as one)."""
+    if inner_extent is None:
+        inner_extent = t.shape[-1] if t.ndim else 1
+    if mask.false:      # no lane of the domain reads it: the value is `other`
+        return w.constant_tile(0, t.dtype)
+    ptr = w.pointer(t)
+    key = (ptr, offset, mask, "[ROWS, 2 * COLS]" if full else w.shape)
+    if key in w.loaded:       # the same load reached on another path (a view of t)
+        return w.loaded[key]
+
+    def width_at(data_ptr, inner=inner_stride, outer=tuple(outer_strides)):
+        return vectorize.load_width(path, example.element_size(), inner_extent, inner, outer,
+                                    data_ptr, w.vectorize)
+    width = width_at(_data_ptr(example))
+    if dims is not None:
+        if width > 1:
+            w.guards.append(("aligned", t, vectorize.ACCESS_BYTES))
+        _guard_narrowing(w, t, example, width, width_at, dims)
+    leaf = w.pairs.full_cols if full else w.cols
+    w.accesses.append(Access("load", t.name, what, width, len(w.accesses),
+                             index.coefficient(offset, leaf) == 1))
+    w.itemsizes.append(example.element_size())
+    offset = w.tile_shaped(offset, full)
+    value = w.let("v", f"tl.load({ptr} + {w.render.expr(offset, top=True)}, "
+                       f"mask={w.mask_name(mask, full=full)}, other=0)",
+                  f"{t.name}: {what}, {width} per access")
+    if t.dtype in COMPUTE_DTYPE:
+        value = held_tile(w, value, t.dtype)
+    w.loaded[key] = value
+    return value
+
+
+def _guard_narrowing(w, t, example, width, width_at, dims):
+    """Guards the class of each layout fact of argument t that alone narrows this access: a
+    misaligned base, an innermost stride other than 1, an outer stride divisible by less
+    (`x_strides[0] % 8 != 0` beside `% 4 == 0`). An input without that narrowing then misses
+    this entry and compiles its own, wider one instead of reusing it."""
+    data_ptr = _data_ptr(example)
+    if width_at(0) > width:
+        w.guards.append(("misaligned", t, vectorize.ACCESS_BYTES))
+    inner_dim, outer_dims = dims
+    if t.ndim and example.stride(inner_dim) != 1 and width_at(data_ptr, inner=1) > width:
+        w.guards.append(("stride_ne", t, (inner_dim, 1)))
+    strides = [example.stride(d) for d in outer_dims]
+    for k, (d, s) in enumerate(zip(outer_dims, strides)):
+        divisor = vectorize.pow2_divisor(s, w.max_vector)
+        wider = width_at(data_ptr, outer=tuple(strides[:k] + [0] + strides[k + 1:]))
+        if divisor < w.max_vector and wider > width:
+            w.guards.append(("stride_indivisible", t, (d, 2 * divisor)))
+
+
+def _contiguous_example(t):
+    return torch.empty([vectorize.hint_of(s) for s in t.shape], dtype=t.dtype, device="meta")
+
+
+def _data_ptr(example) -> int:
+    """Base address of an example input; 0 (aligned) for a tensor torch allocates at run time."""
+    return 0 if example.device.type == "meta" else example.data_ptr()
+

@@ -1,0 +1,46 @@
+"""Lowering one fusion group to a kernel, step by step: analyze (`analysis`) -> plan the columns
+(`column_plan`), the loop (`loop_plan`) and the tile (`tile_plan`) -> build the body
+(`assembly`) -> render (`render`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
+without column chunks. The top of `triton_exec.codegen`: imports the steps, and is imported by
+no file of the package but `__init__`.
+"""
+from __future__ import annotations
+
+from ir import IntProxy
+from ir.proxies import FloatProxy
+from triton_exec import index, vectorize
+from triton_exec.codegen.analysis import analyze
+from triton_exec.codegen.assembly import build, kernel_writer
+from triton_exec.codegen.column_plan import plan_columns
+from triton_exec.codegen.loop_plan import plan_loop
+from triton_exec.codegen.lowered import Lowered, LoopDim
+from triton_exec.codegen.pairs import pair_tiling
+from triton_exec.codegen.render import render_kernel
+from triton_exec.codegen.tile_plan import plan_tile
+
+
+def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
+    """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
+    analyze -> plan the tile -> build the expressions -> render."""
+    group = analyze(eqns, outputs, inputs, values)
+    # pair tiling computes whole tiles; column chunks are for the other groups
+    chunks = (None if pair_tiling(group, vectorize_enabled)
+              else plan_columns(group, vectorize_enabled))
+    loop_dim = plan_loop(group, vectorize_enabled, chunks)
+    w = kernel_writer(group, vectorize_enabled)
+    tile = plan_tile(group, w, loop_dim)
+    stores = build(group, tile, w, chunks)
+    source = render_kernel(name, w, stores)
+    size_vars = []
+    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
+                                    for leaf in index.leaves(p.value)]
+    for s in read:
+        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in size_vars):
+            size_vars.append(s)
+    return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
+                   tile.cols_extent, group.outputs, w.itemsizes, size_vars,
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
+                   tile.tiled, tuple(chunks or ()),
+                   None if tile.loop is None else LoopDim(
+                       tile.loop.dim, vectorize.hint_of(group.domain[tile.loop.dim]),
+                       tile.loop.extent))

@@ -1,0 +1,59 @@
+"""The outputs' values at a tile's columns and their stores at a vector width (under pair tiling,
+each output's two elements per lane interleaved in registers and stored on the full tile).
+Imports `kernel_types`, `lowered`, `analysis`, `tile_plan` and `writer` from this package.
+"""
+from __future__ import annotations
+
+import math
+
+from triton_exec import index, vectorize
+from triton_exec.codegen.analysis import Group
+from triton_exec.codegen.kernel_types import TL_DTYPE
+from triton_exec.codegen.lowered import Access
+from triton_exec.codegen.tile_plan import Tile
+from triton_exec.codegen.writer import KernelWriter
+from triton_exec.vectorize import Path
+
+
+def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain,
+                      start: Path) -> list:
+    """The outputs' values at columns `cols` (under `in_domain`) and their store lines; under
+    pair tiling, each output's two elements per lane interleaved and stored on the full tile."""
+    points = [tile.outer + [cols]] if tile.pairs is None else tile.points
+    if tile.pairs is None:     # pair tiling: the widths are read from the index (`Pairs.gcd`)
+        start = start.through(group.domain[-1])
+    mask = w.mask_name(in_domain) if in_domain.atoms else None
+    pairs, store_cols, extent = tile.pairs, cols, tile.cols_extent
+    if pairs is not None:
+        full_domain = index.Mask((index.Less(tile.rows, tile.rows_extent),
+                                  index.Less(pairs.full_cols, pairs.full_extent)))
+        mask = w.mask_name(full_domain, "the full tile inside the domain", full=True)
+        store_cols, extent = pairs.full_cols, pairs.full_extent
+    stores = []
+    for k, out in enumerate(group.outputs):
+        values = [w.value(out, point if out.shape else [], in_domain, start) for point in points]
+        if pairs is None:
+            val = values[0]
+            held = w.narrow_tiles.get(val)
+            # a narrow value stored as the kernel holds it: no fp32 round trip
+            val = (held.name if held is not None and held.dtype == out.dtype and not held.negated
+                   else f"{val}.to({TL_DTYPE[out.dtype]})")
+            inner_extent = group.domain[-1]
+        else:
+            val = w.let("v", f"tl.reshape(tl.join({values[0]}, {values[1]}), [ROWS, 2 * COLS])",
+                        "the pairs' elements, interleaved") + f".to({TL_DTYPE[out.dtype]})"
+            inner_extent = (group.domain[-1] if not pairs.trailing     # 2n: its divisor
+                            else extent.value if isinstance(extent, index.Const)
+                            else extent.divisor)
+        width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
+                         start.gcd)
+        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
+        w.itemsizes.append(out.dtype.itemsize)
+        ptr = w.output_pointer(k)
+        offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent), store_cols),
+                               pairs is not None)
+        stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
+                      f"{val}" + (f", mask={mask}" if mask else "")
+                      + f")  # {out.name}, {width} per access")
+    return stores
+
