@@ -53,6 +53,7 @@ class Entry:
     specializations: list = dataclasses.field(default_factory=list)  # (size, value, cause)
     backward: dict = dataclasses.field(default_factory=dict)  # unit name -> backward traces
     key: tuple = ()     # the cache key the entry is stored under
+    host: tuple = ()    # the host equations (shape queries, size math) the guards may read
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -475,7 +476,7 @@ class JitFunction:
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
-                     ctx.specializations, backward)
+                     ctx.specializations, backward, host=tuple(host))
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one

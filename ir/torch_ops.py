@@ -810,14 +810,20 @@ def unbind(input, dim=0):
                  for i in range(specialize(input.shape[d])))
 
 
+def _legacy_empty(t) -> bool:
+    return t.ndim == 1 and type(t.shape[0]) is int and t.shape[0] == 0
+
+
 @register(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of tensors")
+    dtype = meta_dtype(lambda *ts: torch.cat(ts, dim), *tensors)
+    # eager skips legacy empty 1-d tensors (shape (0,)) beside others; a KV cache starts as one
+    tensors = [t for t in tensors if not _legacy_empty(t)] or tensors
     ndim = tensors[0].ndim
     d = _dim(dim, ndim)
-    dtype = meta_dtype(lambda *ts: torch.cat(ts, d), *tensors)
     for t in tensors[1:]:
         if t.ndim != ndim:
             raise RuntimeError(f"torch.cat(): tensors must have the same rank, got {ndim} and "

@@ -1,0 +1,233 @@
+"""The `torch.compile` backend: each graph Dynamo captures runs through `ir.jit`.
+
+    torch.compile(model, backend="triton_exec")     # found by the torch_dynamo_backends entry point
+    torch.compile(model, backend=ir.dynamo.Backend(executors=["triton"], cache_limit=4))
+
+Dynamo (the capture half of `torch.compile`) runs the Python: data-dependent branches, side
+effects on Python objects, `ModelOutput`s, KV cache objects. It hands each straight-line piece
+as a torch-level FX graph, with its guards, to the backend. The backend jits the graph's forward
+like any function: the graph's ops go through our tracer, passes, fusion, vectorization and
+fused backward (`ir.autodiff`), exactly as `ir.jit(fn)` would run them. A static graph is jitted
+in "constant values" mode, a graph with symbolic sizes (`dynamic=True`, `mark_dynamic`, or
+Dynamo's automatic dynamic shapes after a size changed) in "symbolic values" mode.
+
+Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, and a
+static graph's sizes and strides, and the grad mode. A call of a compiled graph checks only what
+Dynamo does not (`thin_guards`): pointer alignment, the negative bit, and for a symbolic input
+the facts our kernels rest on (size relations, divisibility, strides, spans). Where they fail,
+the full `ir.jit` lookup runs (it may compile another entry).
+
+A graph our tracer refuses (an in-place op, say) runs as Dynamo captured it, on PyTorch; a
+warning names the graph and the reason.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+import weakref
+from importlib import metadata
+
+import torch
+
+from ir import diagnostics
+from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
+from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction, UnsupportedArgument
+from ir.prologue import build_guard_check
+from ir.proxies import ScalarProxy, TensorProxy
+from ir.trace import iter_vars
+
+log = logging.getLogger("ir.dynamo")
+ENTRY_POINT_NAME = "triton_exec"
+# guards that read only a tensor's sizes and strides: Dynamo checks those of a static input
+_LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisible",
+                  "strides_compose", "stride_span_lt", "contiguous")
+
+
+def _static_inputs(gm) -> set[str]:
+    """Placeholder names of the tensor inputs whose sizes and strides are all constants of the
+    graph, so that Dynamo guards them exactly."""
+    static = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor) and all(
+                type(s) is int for s in (*value.shape, *value.stride())):
+            static.add(node.name)
+    return static
+
+
+def is_dynamic(gm) -> bool:
+    """Whether the graph has symbolic sizes (a SymInt input or a tensor of symbolic shape)."""
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
+                not isinstance(s, int) for s in (*value.shape, *value.stride()))):
+            return True
+    return False
+
+
+def graph_function(gm, name: str):
+    """A plain function named `name` taking the graph's placeholders and running its forward,
+    so that the jit names kernels after it and sees no module (a graph has no hooks or tree)."""
+    params = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+    ns = {"forward": gm.forward}
+    exec(f"def {name}({', '.join(params)}):\n    return forward({', '.join(params)})\n", ns)
+    return ns[name]
+
+
+def dynamo_checks(guard, static: set[str]) -> bool:
+    """Whether Dynamo's own guards imply this guard of an entry: a layout guard on a tensor
+    whose sizes and strides the graph holds constant."""
+    op, a, _ = guard
+    return op in _LAYOUT_GUARDS and isinstance(a, TensorProxy) and a.name in static
+
+
+def thin_guards(entry, static: set[str]) -> list:
+    return [g for g in entry.guards if not dynamo_checks(g, static)]
+
+
+class CompiledGraph:
+    """What Dynamo calls in place of one captured graph: the jitted graph, behind thin guards."""
+
+    def __init__(self, gm, name: str, jitted: JitFunction, explain: bool):
+        self.name = name
+        self.graph_module = gm
+        self.jitted = jitted
+        self.static = _static_inputs(gm)
+        self.explain_each = explain
+        self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
+        self.refused: str | None = None     # why the tracer refused the graph (then run eagerly)
+
+    @property
+    def last_entry(self):
+        return self.jitted.last_entry
+
+    def __call__(self, *args):
+        for check, entry in self.fast:
+            if check(*args):
+                self.jitted.last_entry = entry
+                return entry.computation(*args)
+        if self.refused is not None:
+            return self.graph_module.forward(*args)
+        entry = self.lookup(args)
+        return entry.computation(*args)
+
+    def lookup(self, args):
+        """The full `ir.jit` lookup (compiling on a miss); an entry it returns joins the fast
+        path; a graph the tracer refuses runs on PyTorch from now on."""
+        jitted, known = self.jitted, self.jitted.stats.misses
+        try:
+            entry = jitted.lookup(jitted.bind(args, {}))
+        except (NotImplementedError, UnsupportedArgument) as error:
+            if jitted.history:
+                raise
+            self.refused = f"{type(error).__name__}: {error}"
+            warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
+                          stacklevel=3)
+            return _EagerEntry(self.graph_module.forward)
+        if entry.prologue is not None and not any(e is entry for _, e in self.fast):
+            check = self.thin_check(entry)
+            if check is not None:
+                self.fast.append((check, entry))
+        if self.explain_each and jitted.stats.misses > known and entry.prologue is not None:
+            log.warning("%s", self.explanation(entry))
+        return entry
+
+    def thin_check(self, entry):
+        """The entry's guards less those Dynamo checks, as one function of the graph's inputs;
+        None where the entry reads implicit inputs (their checks stay in the full prologue)."""
+        if len(entry.traces[0].inputs) != len(self.jitted.param_names):
+            return None
+        return build_guard_check(entry.traces[0].inputs, thin_guards(entry, self.static),
+                                 entry.host)
+
+    def explanation(self, entry=None) -> str:
+        entry = entry or self.last_entry
+        if entry is None:
+            return f"graph {self.name}: not run yet"
+        if entry.prologue is None:
+            return f"graph {self.name}: runs eagerly on PyTorch"
+        text = str(diagnostics.explanation(self.jitted, entry))
+        thin = thin_guards(entry, self.static)
+        return (f"graph {self.name} (from torch.compile: Dynamo checks each input's dtype, "
+                f"device, rank, requires_grad, static sizes and strides, and the grad mode; "
+                f"the backend checks {len(thin)} guards per call)\n{text}")
+
+
+class _EagerEntry:
+    prologue = None
+
+    def __init__(self, fn):
+        self.computation = fn
+
+
+class Backend:
+    """A `torch.compile` backend running each captured graph through `ir.jit`.
+
+    executors: executor objects or registered names, as `ir.jit` takes them (default: the
+    Triton executor). cache: an `ir.jit` cache mode, or None (default) for "constant values"
+    on static graphs and "symbolic values" on graphs with symbolic sizes. cache_limit: entries
+    per cache key of each graph, as `ir.jit`'s. explain: log each new entry's `ir.explain`
+    text on the `ir.dynamo` logger (WARNING, so it shows without configuring logging).
+    `graphs` lists the compiled graphs still alive, in compile order."""
+
+    def __init__(self, *, executors=("triton",), cache: str | None = None,
+                 cache_limit: int | None = DEFAULT_CACHE_LIMIT, explain: bool = False):
+        if cache is not None and cache not in CACHE_MODES:
+            raise ValueError(f"cache must be None or one of {CACHE_MODES}, got {cache!r}")
+        if cache_limit is not None and (type(cache_limit) is not int or cache_limit < 1):
+            raise ValueError(f"cache_limit must be a positive int or None, got {cache_limit!r}")
+        executors = [executors] if isinstance(executors, (str, Executor)) else list(executors)
+        for ex in executors:
+            _check_executor(ex)
+        self.executors, self.cache, self.cache_limit = executors, cache, cache_limit
+        self.explain_each = explain
+        self._graphs: list[weakref.ref] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
+        name = _graph_name()
+        cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
+        jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
+        graph = CompiledGraph(gm, name, jitted, self.explain_each)
+        self._graphs.append(weakref.ref(graph))
+        return graph
+
+    @property
+    def graphs(self) -> list[CompiledGraph]:
+        self._graphs = [ref for ref in self._graphs if ref() is not None]
+        return [ref() for ref in self._graphs]
+
+    def explain(self) -> str:
+        """Per graph (compile order): its fusion groups, what was left to torch and why, and
+        the guards of the entry its last call used."""
+        graphs = self.graphs
+        return "\n\n".join([f"ir.dynamo: {len(graphs)} graphs"]
+                           + [g.explanation() for g in graphs])
+
+    def __repr__(self):
+        return (f"ir.dynamo.Backend(executors={self.executors!r}, cache={self.cache!r}, "
+                f"cache_limit={self.cache_limit!r})")
+
+
+def _check_executor(ex) -> None:
+    if isinstance(ex, Executor):
+        return
+    if not isinstance(ex, str):
+        raise TypeError(f"executors: expected ir.Executor objects or names, got {ex!r}")
+    if ex not in _REGISTRY and ex not in metadata.entry_points(group=ENTRY_POINT_GROUP).names:
+        raise ValueError(f"no executor named {ex!r}")
+
+
+def _graph_name() -> str:
+    """`graph_0_1` for Dynamo's compile id 0/1 (frame 0, its second compile), as its logs
+    name the graph; `graph` outside a Dynamo compile."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return "graph_" + re.sub(r"\W", "_", str(compile_id)) if compile_id is not None else "graph"
+
+
+backend = Backend()     # the `triton_exec` entry point of the torch_dynamo_backends group
+
+
+def last_entries(compiled) -> list:
+    """The entry the last call of each graph used (graphs not run yet are left out)."""
+    return [g.last_entry for g in compiled.graphs if g.last_entry is not None]
