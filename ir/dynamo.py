@@ -23,6 +23,8 @@ warning names the graph and the reason.
 from __future__ import annotations
 
 import logging
+import operator
+import os
 import re
 import warnings
 import weakref
@@ -32,7 +34,7 @@ import torch
 
 from ir import diagnostics
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
-from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction, UnsupportedArgument
+from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
 from ir.prologue import build_guard_check
 from ir.proxies import ScalarProxy, TensorProxy
 from ir.trace import iter_vars
@@ -64,6 +66,26 @@ def is_dynamic(gm) -> bool:
                 not isinstance(s, int) for s in (*value.shape, *value.stride()))):
             return True
     return False
+
+
+def _sum(*args):
+    return sum(args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args)
+
+
+# Dynamo's functions on symbolic sizes, as Python computes them on our size proxies
+SYMBOLIC_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
+                      torch.sym_not: operator.not_, torch.sym_int: int, torch.sym_float: float}
+
+
+def as_python_on_sizes(gm) -> None:
+    """Rewrites the graph's calls of Dynamo's symbolic-size functions (`torch.sym_sum`, ...)
+    into the Python they stand for, which our size proxies trace (they are not SymInts)."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in SYMBOLIC_FUNCTIONS:
+            node.target, changed = SYMBOLIC_FUNCTIONS[node.target], True
+    if changed:
+        gm.recompile()
 
 
 def graph_function(gm, name: str):
@@ -114,13 +136,12 @@ class CompiledGraph:
 
     def lookup(self, args):
         """The full `ir.jit` lookup (compiling on a miss); an entry it returns joins the fast
-        path; a graph the tracer refuses runs on PyTorch from now on."""
+        path. A graph the tracer refuses runs on PyTorch from then on (entries built before
+        keep serving the calls whose thin checks they pass)."""
         jitted, known = self.jitted, self.jitted.stats.misses
         try:
             entry = jitted.lookup(jitted.bind(args, {}))
-        except (NotImplementedError, UnsupportedArgument) as error:
-            if jitted.history:
-                raise
+        except (NotImplementedError, TypeError) as error:     # what the tracer refuses
             self.refused = f"{type(error).__name__}: {error}"
             warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
                           stacklevel=3)
@@ -152,6 +173,18 @@ class CompiledGraph:
         return (f"graph {self.name} (from torch.compile: Dynamo checks each input's dtype, "
                 f"device, rank, requires_grad, static sizes and strides, and the grad mode; "
                 f"the backend checks {len(thin)} guards per call)\n{text}")
+
+
+class CheckedCompiledGraph(CompiledGraph):
+    """Under IR_CHECK_GUARDS=1 (the tests): a call that an entry's thin check accepts must pass
+    that entry's whole prologue too, as Dynamo's guards and the thin check together imply it."""
+
+    def __call__(self, *args):
+        for check, entry in self.fast:
+            if check(*args) and not entry.prologue(*args):
+                raise AssertionError(f"ir.dynamo: graph {self.name}: the thin check accepts a "
+                                     f"call that the entry's prologue rejects:\n{entry.prologue}")
+        return super().__call__(*args)
 
 
 class _EagerEntry:
@@ -186,9 +219,12 @@ class Backend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
         name = _graph_name()
+        as_python_on_sizes(gm)
         cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
         jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
-        graph = CompiledGraph(gm, name, jitted, self.explain_each)
+        checked = os.environ.get("IR_CHECK_GUARDS") == "1"
+        graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
+                                                                      self.explain_each)
         self._graphs.append(weakref.ref(graph))
         return graph
 
