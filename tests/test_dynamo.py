@@ -23,7 +23,7 @@ from ir.examples import GPT, GPTConfig, gpt_batch, gpt_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB, T = 128, 8
-_SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+_SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
 # name -> (config class, model class, config arguments): full, partial and interleaved rotary
 MODELS = {
@@ -32,7 +32,7 @@ MODELS = {
     "mistral": ("MistralConfig", "MistralForCausalLM", {}),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"rotary_pct": 0.5}),
     "phi": ("PhiConfig", "PhiForCausalLM", {"partial_rotary_factor": 0.5}),
-    "gptj": ("GPTJConfig", "GPTJForCausalLM", {"rotary_dim": 8, "n_embd": 64, "n_layer": 2,
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", {"rotary_dim": 8, "n_embd": 64, "n_layer": 1,
                                                "n_head": 4, "n_positions": 64}),
 }
 
