@@ -32,12 +32,11 @@ from importlib import metadata
 
 import torch
 
-from ir import diagnostics
+from ir import diagnostics, prims
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
 from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
 from ir.prologue import build_guard_check
-from ir.proxies import ScalarProxy, TensorProxy
-from ir.trace import iter_vars
+from ir.proxies import IntProxy, TensorProxy
 
 log = logging.getLogger("ir.dynamo")
 ENTRY_POINT_NAME = "triton_exec"
@@ -46,16 +45,24 @@ _LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisi
                   "strides_compose", "stride_span_lt", "contiguous")
 
 
-def _static_inputs(gm) -> set[str]:
+def _example_values(gm) -> dict:
+    """Placeholder name -> Dynamo's example value (a FakeTensor, SymInt or int)."""
+    return {node.name: node.meta.get("example_value") for node in gm.graph.nodes
+            if node.op == "placeholder"}
+
+
+def _static_dims(values: dict) -> dict[str, set]:
+    """Placeholder name -> the dims of a tensor input whose sizes are constants of the graph
+    (Dynamo guards them equal)."""
+    return {name: {d for d, s in enumerate(v.shape) if type(s) is int}
+            for name, v in values.items() if isinstance(v, torch.Tensor)}
+
+
+def _static_inputs(values: dict) -> set[str]:
     """Placeholder names of the tensor inputs whose sizes and strides are all constants of the
     graph, so that Dynamo guards them exactly."""
-    static = set()
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value") if node.op == "placeholder" else None
-        if isinstance(value, torch.Tensor) and all(
-                type(s) is int for s in (*value.shape, *value.stride())):
-            static.add(node.name)
-    return static
+    return {name for name, v in values.items() if isinstance(v, torch.Tensor)
+            and all(type(s) is int for s in (*v.shape, *v.stride()))}
 
 
 def is_dynamic(gm) -> bool:
@@ -97,15 +104,46 @@ def graph_function(gm, name: str):
     return ns[name]
 
 
-def dynamo_checks(guard, static: set[str]) -> bool:
+def dynamo_sizes(entry, values: dict) -> dict[int, object]:
+    """id of each size proxy of the entry that stands for an input's size or an int input ->
+    what it is in Dynamo's graph: an int (a static size) or a SymInt."""
+    found = {}
+    for name, value in entry.traces[0].inputs:
+        if isinstance(value, IntProxy) and isinstance(values.get(name), (int, torch.SymInt)):
+            found[id(value)] = values[name]
+    for eqn in entry.host:
+        fake = values.get(eqn.args[0].name) if eqn.prim is prims.shape else None
+        if isinstance(fake, torch.Tensor):
+            found.update((id(size), s) for size, s in zip(eqn.outs, fake.shape))
+    return found
+
+
+def _symbol(x):
+    return x.node.expr if isinstance(x, torch.SymInt) else None
+
+
+def dynamo_checks(guard, static: set[str], sizes: dict) -> bool:
     """Whether Dynamo's own guards imply this guard of an entry: a layout guard on a tensor
-    whose sizes and strides the graph holds constant."""
-    op, a, _ = guard
-    return op in _LAYOUT_GUARDS and isinstance(a, TensorProxy) and a.name in static
+    whose sizes and strides the graph holds constant; a size pinned to its value where the
+    graph holds it static; two sizes equal where Dynamo gave them one symbol; a symbolic size
+    at least 2 (Dynamo specializes 0 and 1 and guards its size symbols >= 2)."""
+    op, a, b = guard
+    if op in _LAYOUT_GUARDS:
+        return isinstance(a, TensorProxy) and a.name in static
+    if id(a) not in sizes:
+        return False
+    if op == "eq" and type(b) is int:
+        return type(sizes[id(a)]) is int
+    if op == "eq" and id(b) in sizes:
+        return _symbol(sizes[id(a)]) is not None and _symbol(sizes[id(a)]) == _symbol(sizes[id(b)])
+    symbol = _symbol(sizes[id(a)])
+    return op == "ge" and type(b) is int and b == 2 and symbol is not None and symbol.is_Symbol
 
 
-def thin_guards(entry, static: set[str]) -> list:
-    return [g for g in entry.guards if not dynamo_checks(g, static)]
+def thin_guards(entry, graph) -> list:
+    """The guards of an entry of a compiled graph that Dynamo does not check."""
+    sizes = dynamo_sizes(entry, graph.example_values)
+    return [g for g in entry.guards if not dynamo_checks(g, graph.static, sizes)]
 
 
 class CompiledGraph:
@@ -115,7 +153,8 @@ class CompiledGraph:
         self.name = name
         self.graph_module = gm
         self.jitted = jitted
-        self.static = _static_inputs(gm)
+        self.example_values = _example_values(gm)    # FakeTensors: no real memory held
+        self.static = _static_inputs(self.example_values)
         self.explain_each = explain
         self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
         self.refused: str | None = None     # why the tracer refused the graph (then run eagerly)
@@ -159,7 +198,7 @@ class CompiledGraph:
         None where the entry reads implicit inputs (their checks stay in the full prologue)."""
         if len(entry.traces[0].inputs) != len(self.jitted.param_names):
             return None
-        return build_guard_check(entry.traces[0].inputs, thin_guards(entry, self.static),
+        return build_guard_check(entry.traces[0].inputs, thin_guards(entry, self),
                                  entry.host)
 
     def explanation(self, entry=None) -> str:
@@ -169,7 +208,7 @@ class CompiledGraph:
         if entry.prologue is None:
             return f"graph {self.name}: runs eagerly on PyTorch"
         text = str(diagnostics.explanation(self.jitted, entry))
-        thin = thin_guards(entry, self.static)
+        thin = thin_guards(entry, self)
         return (f"graph {self.name} (from torch.compile: Dynamo checks each input's dtype, "
                 f"device, rank, requires_grad, static sizes and strides, and the grad mode; "
                 f"the backend checks {len(thin)} guards per call)\n{text}")
@@ -222,6 +261,7 @@ class Backend:
         as_python_on_sizes(gm)
         cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
         jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
+        jitted.static_dims = _static_dims(_example_values(gm))
         checked = os.environ.get("IR_CHECK_GUARDS") == "1"
         graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
                                                                       self.explain_each)

@@ -140,14 +140,17 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
             return proxy
         sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
         record(prims.shape, (proxy,), {}, sizes)
-        for size in sizes:   # 0 and 1 are specialized, as broadcasting depends on them
-            if size.hint < 2:
+        static = ctx.static_dims.get(name, ())
+        for dim, size in enumerate(sizes):   # 0 and 1 are specialized: broadcasting depends on them
+            if size.hint < 2 or dim in static:
                 ctx.add_guard(("eq", size, size.hint))
-                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)")
+                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)"
+                                if size.hint < 2 else "a static size of the caller's graph")
             else:
                 ctx.add_guard(("ge", size, 2))
                 ctx.lower_bounds[id(size)] = 2
-        proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
+        proxy.shape = tuple(s.hint if s.hint < 2 or d in static else s
+                            for d, s in enumerate(sizes))
         return proxy
     if isinstance(value, (tuple, list)):
         return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx, grad_mode)
@@ -303,6 +306,8 @@ class JitFunction:
         # a bound method of a module: its module tree joins the cache key (`ir.modules`)
         self.module = modules.owner_module(fn)
         self.own_hooks = False      # whether the module's own hooks would run (ir.jit(module))
+        # parameter name -> dims whose sizes symbolic mode takes as constants (`ir.dynamo`)
+        self.static_dims: dict[str, set] = {}
 
     def bind(self, args, kwargs):
         """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
@@ -435,7 +440,8 @@ class JitFunction:
         sources = capture_sources(self.fn)
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
-                           capture_sources={id(t): name for name, (t, _) in sources.items()})
+                           capture_sources={id(t): name for name, (t, _) in sources.items()},
+                           static_dims=self.static_dims)
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
         with tracing(ctx):
