@@ -1,4 +1,5 @@
-"""The jitted GPT inside DistributedDataParallel and FSDP2 (`fully_shard`): 2 CPU processes on
+"""The jitted GPT inside DistributedDataParallel and FSDP2 (`fully_shard`), and the GPT through
+`torch.compile` with our backend around DDP / inside the FSDP2 recipe: 2 CPU processes on
 the gloo backend over loopback, spawned here; 3 AdamW steps on each rank's own batches give the
 losses and parameters of eager DDP / FSDP2."""
 import socket
@@ -33,16 +34,22 @@ def test_jitted_gpt_trains_like_eager_under_ddp_and_fsdp2(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(distributed_training.WORLD)]
     for kind in ("ddp", "fsdp2"):
         for rank, results in enumerate(ranks):
-            eager, jitted = results[(kind, False)], results[(kind, True)]
-            assert jitted["misses"] == 1
-            where = f"{kind}, rank {rank}"
-            torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=1e-5, atol=1e-5,
-                                       msg=lambda m: f"{where}, losses: {m}")
-            for name, p in eager["parameters"].items():
-                torch.testing.assert_close(jitted["parameters"][name], p, rtol=1e-4, atol=1e-5,
-                                           msg=lambda m: f"{where}, {name}: {m}")
+            eager = results[(kind, False)]
+            assert results[(kind, True)]["misses"] == 1
+            compiled = results[(kind, "compile")]
+            assert compiled["graphs"] > 0 and compiled["kernels"] > 0 and not compiled["refused"]
+            for front in (True, "compile"):
+                ours = results[(kind, front)]
+                where = f"{kind}, {'ir.jit' if front is True else 'torch.compile'}, rank {rank}"
+                torch.testing.assert_close(ours["losses"], eager["losses"], rtol=1e-5,
+                                           atol=1e-5, msg=lambda m: f"{where}, losses: {m}")
+                for name, p in eager["parameters"].items():
+                    torch.testing.assert_close(ours["parameters"][name], p, rtol=1e-4,
+                                               atol=1e-5, msg=lambda m: f"{where}, {name}: {m}")
         # the ranks saw other batches, yet hold the same parameters: gradients were reduced
-        assert not torch.equal(ranks[0][(kind, True)]["losses"], ranks[1][(kind, True)]["losses"])
-        for name, p in ranks[0][(kind, True)]["parameters"].items():
-            torch.testing.assert_close(ranks[1][(kind, True)]["parameters"][name], p,
-                                       rtol=0, atol=0)
+        for front in (True, "compile"):
+            assert not torch.equal(ranks[0][(kind, front)]["losses"],
+                                   ranks[1][(kind, front)]["losses"])
+            for name, p in ranks[0][(kind, front)]["parameters"].items():
+                torch.testing.assert_close(ranks[1][(kind, front)]["parameters"][name], p,
+                                           rtol=0, atol=0)
