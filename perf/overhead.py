@@ -22,6 +22,7 @@ With --seed-size on a GPU it also reports host time per call against kernel time
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -87,13 +88,20 @@ def torch_compile_rows(args) -> list[tuple[str, object, bool]]:
     """torch.compile's rows: Dynamo's guards and graph call with the "eager" backend (the floor
     of every backend), inductor, and ours (`backend="triton_exec"`), static and dynamic."""
     launches = "" if CUDA else " (launches no-op'd)"
-    ours_rows = [torch.compile(own_code(rope), backend=ir.dynamo.Backend()),
-                 torch.compile(own_code(rope), backend=ir.dynamo.Backend(), dynamic=True)]
-    if not CUDA:    # build their cache entries now, with launches no-op'd
-        with noop_launches():
-            for compiled in ours_rows:
-                compiled(*args)
+    backends = [ir.dynamo.Backend(), ir.dynamo.Backend()]
+    ours_rows = [torch.compile(own_code(rope), backend=backends[0]),
+                 torch.compile(own_code(rope), backend=backends[1], dynamic=True)]
+    with noop_launches() if not CUDA else contextlib.nullcontext():   # compile them now
+        for compiled in ours_rows:
+            compiled(*args)
+    # the static graph Dynamo captured (its inputs x, cos, sin; n is a constant of it), called
+    # as Dynamo calls it (thin check) and through ir.jit's whole lookup (key and prologue)
+    (graph,) = backends[0].graphs
     return [
+        (f"triton_exec graph as Dynamo calls it, thin check{launches}",
+         lambda x, cos, sin, n: graph(x, cos, sin), CUDA),
+        (f"the same graph through ir.jit's lookup{launches}",
+         lambda x, cos, sin, n: graph.jitted(x, cos, sin), CUDA),
         ("torch.compile eager backend (Dynamo only)",
          torch.compile(own_code(rope), backend="eager"), True),
         ("torch.compile inductor", torch.compile(own_code(rope), backend="inductor"), True),
