@@ -31,6 +31,7 @@ import weakref
 from importlib import metadata
 
 import torch
+import torch.nn.functional as F
 
 from ir import diagnostics, prims
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
@@ -79,18 +80,20 @@ def _sum(*args):
     return sum(args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args)
 
 
-# Dynamo's functions on symbolic sizes, as Python computes them on our size proxies
-SYMBOLIC_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
-                      torch.sym_not: operator.not_, torch.sym_int: int, torch.sym_float: float}
+# What Dynamo writes into a graph -> what our tracer knows it as: its functions on symbolic
+# sizes, as Python computes them on our size proxies (they are not SymInts), and the C bindings
+# it records for Python functions of torch.nn.functional (F.pad calls torch._C._nn.pad)
+GRAPH_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
+                   torch.sym_not: operator.not_, torch.sym_int: int, torch.sym_float: float,
+                   torch._C._nn.pad: F.pad}
 
 
-def as_python_on_sizes(gm) -> None:
-    """Rewrites the graph's calls of Dynamo's symbolic-size functions (`torch.sym_sum`, ...)
-    into the Python they stand for, which our size proxies trace (they are not SymInts)."""
+def as_traced_functions(gm) -> None:
+    """Rewrites the graph's calls by `GRAPH_FUNCTIONS`, in place."""
     changed = False
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in SYMBOLIC_FUNCTIONS:
-            node.target, changed = SYMBOLIC_FUNCTIONS[node.target], True
+        if node.op == "call_function" and node.target in GRAPH_FUNCTIONS:
+            node.target, changed = GRAPH_FUNCTIONS[node.target], True
     if changed:
         gm.recompile()
 
@@ -258,7 +261,7 @@ class Backend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
         name = _graph_name()
-        as_python_on_sizes(gm)
+        as_traced_functions(gm)
         cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
         jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
         jitted.static_dims = _static_dims(_example_values(gm))

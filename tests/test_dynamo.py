@@ -14,12 +14,14 @@ import pytest
 import torch
 import torch._dynamo
 import transformers
+from hypothesis import given, note, settings
 from torch._dynamo.testing import CompileCounter
 
 import ir
 import triton_exec
 from ir.dynamo import Backend
 from ir.examples import GPT, GPTConfig, gpt_batch, gpt_loss
+from programs import assert_matches_eager, programs
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB, T = 128, 8
@@ -225,6 +227,51 @@ def test_a_static_graph_checks_only_what_dynamo_does_not():
     shifted = base[1:].view(x.shape)    # same sizes and strides, 4 bytes off
     torch.testing.assert_close(compiled(shifted, cos, sin), rope(shifted, cos, sin))
     assert len(graph.fast) == 2 and ir.cache_stats(graph.jitted).misses == 2
+
+
+def shifted(t: torch.Tensor) -> torch.Tensor:
+    """t's values at t's sizes and strides, one element further into a new storage: what
+    Dynamo's guards (sizes, strides, dtype, ...) accept as t, with another pointer alignment."""
+    if t.numel() == 0:
+        return t
+    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    out = torch.empty(span + 1, dtype=t.dtype).as_strided(t.shape, t.stride(), 1)
+    return out.copy_(t)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@settings(max_examples=12)
+@given(program=programs(max_ops=4))
+def test_random_programs_through_torch_compile(dynamic, program):
+    """Each graph Dynamo captures from a random program (non-contiguous inputs, offsets, every
+    fusible op family) runs our kernels and matches eager, again from the cache, and again on
+    inputs shifted by one element (Dynamo's guards pass, our alignment check decides). Under
+    IR_CHECK_GUARDS every call the thin check accepts must pass the entry's whole prologue."""
+    note(program.describe())
+    torch._dynamo.reset()
+    backend = Backend()
+    compiled = torch.compile(program.fn, backend=backend, dynamic=dynamic)
+    for _ in range(2):
+        assert_matches_eager(program, compiled(*program.inputs))
+    inputs = [shifted(t) if isinstance(t, torch.Tensor) else t for t in program.inputs]
+    assert_matches_eager(program, compiled(*inputs))
+    assert all(g.refused is None for g in backend.graphs)
+
+
+def test_what_dynamo_records_for_torch_functions_still_fuses():
+    """Dynamo records F.pad as torch._C._nn.pad and sizes as torch.sym_* calls: the backend
+    maps them back, so a padded RoPE-like graph is one kernel, symbolic or not."""
+    def fn(x):
+        return torch.nn.functional.pad(x, (1, 2)) * 2 + 1
+
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        backend = Backend()
+        x = torch.randn(3, 5, 8)
+        torch.testing.assert_close(torch.compile(fn, backend=backend, dynamic=dynamic)(x), fn(x))
+        explanation = ir.diagnostics.explanation(backend.graphs[0].jitted,
+                                                 backend.graphs[0].last_entry)
+        assert len(explanation.fusion_groups) == 1 and not explanation.left_to_torch
 
 
 def test_a_graph_the_tracer_refuses_runs_on_pytorch_with_a_warning():
