@@ -40,7 +40,6 @@ from ir.prologue import build_guard_check
 from ir.proxies import IntProxy, TensorProxy
 
 log = logging.getLogger("ir.dynamo")
-ENTRY_POINT_NAME = "triton_exec"
 # guards that read only a tensor's sizes and strides: Dynamo checks those of a static input
 _LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisible",
                   "strides_compose", "stride_span_lt", "contiguous")
@@ -68,12 +67,10 @@ def _static_inputs(values: dict) -> set[str]:
 
 def is_dynamic(gm) -> bool:
     """Whether the graph has symbolic sizes (a SymInt input or a tensor of symbolic shape)."""
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value") if node.op == "placeholder" else None
-        if isinstance(value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
-                not isinstance(s, int) for s in (*value.shape, *value.stride()))):
-            return True
-    return False
+    values = _example_values(gm)
+    static = _static_inputs(values)
+    return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and name not in static)
+               for name, v in values.items())
 
 
 def _sum(*args):
@@ -158,6 +155,7 @@ class CompiledGraph:
         self.jitted = jitted
         self.example_values = _example_values(gm)    # FakeTensors: no real memory held
         self.static = _static_inputs(self.example_values)
+        jitted.static_dims = _static_dims(self.example_values)
         self.explain_each = explain
         self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
         self.refused: str | None = None     # why the tracer refused the graph (then run eagerly)
@@ -264,7 +262,6 @@ class Backend:
         as_traced_functions(gm)
         cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
         jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
-        jitted.static_dims = _static_dims(_example_values(gm))
         checked = os.environ.get("IR_CHECK_GUARDS") == "1"
         graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
                                                                       self.explain_each)
