@@ -819,11 +819,12 @@ def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of tensors")
-    dtype = meta_dtype(lambda *ts: torch.cat(ts, dim), *tensors)
     # eager skips legacy empty 1-d tensors (shape (0,)) beside others; a KV cache starts as one
-    tensors = [t for t in tensors if not _legacy_empty(t)] or tensors
-    ndim = tensors[0].ndim
+    kept = [t for t in tensors if not _legacy_empty(t)] or tensors
+    ndim = kept[0].ndim
     d = _dim(dim, ndim)
+    dtype = meta_dtype(lambda *ts: torch.cat(ts, d), *tensors)    # they promote all the same
+    tensors = kept
     for t in tensors[1:]:
         if t.ndim != ndim:
             raise RuntimeError(f"torch.cat(): tensors must have the same rank, got {ndim} and "

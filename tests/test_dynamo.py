@@ -294,6 +294,20 @@ def test_explain_lists_each_graph_groups_fallbacks_and_guards(caplog):
     assert "1 graphs" in text and "Fusion groups (1)" in text and "Guards of the entry" in text
 
 
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_cat_skips_legacy_empty_tensors_as_eager(mode):
+    """transformers' KV cache starts as torch.tensor([]) and grows by torch.cat(..., dim=-2)."""
+    def grow(cache, k, dim):
+        return torch.cat([cache, k], dim=dim)
+
+    jitted = ir.jit(grow, executors=["triton"], cache=mode)
+    k = torch.randn(2, 3, 4)
+    for cache in (torch.tensor([]), torch.tensor([], dtype=torch.float64)):
+        expected = grow(cache, k, -2)
+        got = jitted(cache, k, -2)
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="cache must be"):
         Backend(cache="sometimes")
