@@ -22,6 +22,7 @@ warning names the graph and the reason.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 import os
@@ -85,14 +86,55 @@ GRAPH_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
                    torch._C._nn.pad: F.pad}
 
 
-def as_traced_functions(gm) -> None:
-    """Rewrites the graph's calls by `GRAPH_FUNCTIONS`, in place."""
-    changed = False
-    for node in gm.graph.nodes:
+_AUTOCAST = (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast)
+
+
+def _is_tensor(node) -> bool:
+    return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("example_value"),
+                                                          torch.Tensor)
+
+
+def _detach_no_grad_regions(graph: torch.fx.Graph) -> None:
+    """Dynamo writes a `with torch.no_grad():` block as `torch._C._set_grad_enabled(False)` ...
+    `(True)` calls; our tracer would run them at tracing, and the computation would record
+    gradients through the block. For functional ops no_grad means: what the block computes
+    needs no grad. So each tensor the block reads from outside is read detached, and the
+    calls are dropped. An enable_grad block is refused (NotImplementedError)."""
+    enabled, detached, inside = True, {}, set()
+
+    def detach_outside(node, arg):
+        if not _is_tensor(arg) or arg in inside:
+            return arg
+        if arg not in detached:
+            with graph.inserting_before(node):
+                detached[arg] = graph.call_method("detach", (arg,))
+        return detached[arg]
+
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            if node.args[0] and enabled:
+                raise NotImplementedError("a grad-enabling block (torch.enable_grad) inside "
+                                          "the graph is not traced")
+            enabled, detached = bool(node.args[0]), {}
+            graph.erase_node(node)
+        elif node.op == "call_function" and node.target in _AUTOCAST:
+            raise NotImplementedError("torch.autocast blocks inside the graph are not traced yet")
+        elif not enabled and node.op in ("call_function", "call_method"):
+            node.args = torch.fx.node.map_arg(node.args, lambda a: detach_outside(node, a))
+            node.kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: detach_outside(node, a))
+            inside.add(node)
+
+
+def traceable_copy(gm) -> torch.fx.GraphModule:
+    """A copy of the graph our tracer runs: calls rewritten by `GRAPH_FUNCTIONS`, no-grad
+    blocks detached (`_detach_no_grad_regions`). The original stays as Dynamo captured it,
+    for a graph that runs on PyTorch."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
         if node.op == "call_function" and node.target in GRAPH_FUNCTIONS:
-            node.target, changed = GRAPH_FUNCTIONS[node.target], True
-    if changed:
-        gm.recompile()
+            node.target = GRAPH_FUNCTIONS[node.target]
+    _detach_no_grad_regions(graph)
+    return torch.fx.GraphModule(gm, graph)
 
 
 def graph_function(gm, name: str):
@@ -182,9 +224,7 @@ class CompiledGraph:
         try:
             entry = jitted.lookup(jitted.bind(args, {}))
         except (NotImplementedError, TypeError) as error:     # what the tracer refuses
-            self.refused = f"{type(error).__name__}: {error}"
-            warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
-                          stacklevel=3)
+            self.refuse(error)
             return _EagerEntry(self.graph_module.forward)
         if entry.prologue is not None and not any(e is entry for _, e in self.fast):
             check = self.thin_check(entry)
@@ -193,6 +233,12 @@ class CompiledGraph:
         if self.explain_each and jitted.stats.misses > known and entry.prologue is not None:
             log.warning("%s", self.explanation(entry))
         return entry
+
+    def refuse(self, error: Exception) -> None:
+        """From now on the graph runs as Dynamo captured it, on PyTorch; warns why."""
+        self.refused = f"{type(error).__name__}: {error}"
+        warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
+                      stacklevel=4)
 
     def thin_check(self, entry):
         """The entry's guards less those Dynamo checks, as one function of the graph's inputs;
@@ -259,12 +305,18 @@ class Backend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
         name = _graph_name()
-        as_traced_functions(gm)
+        try:
+            traced, refused = traceable_copy(gm), None
+        except NotImplementedError as error:
+            traced, refused = gm, error
         cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
-        jitted = JitFunction(graph_function(gm, name), self.executors, cache, self.cache_limit)
+        jitted = JitFunction(graph_function(traced, name), self.executors, cache,
+                             self.cache_limit)
         checked = os.environ.get("IR_CHECK_GUARDS") == "1"
         graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
                                                                       self.explain_each)
+        if refused is not None:
+            graph.refuse(refused)
         self._graphs.append(weakref.ref(graph))
         return graph
 

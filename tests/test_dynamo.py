@@ -276,6 +276,47 @@ def test_what_dynamo_records_for_torch_functions_still_fuses():
         assert len(explanation.fusion_groups) == 1 and not explanation.left_to_torch
 
 
+def test_a_no_grad_block_inside_the_graph_computes_no_gradient():
+    """Dynamo writes `with torch.no_grad():` as _set_grad_enabled calls in the graph (as the
+    rotary embedding of every transformers model above): gradients flow as in eager."""
+    def fn(x, w):
+        y = x * 2
+        with torch.no_grad():
+            z = y * w + 1
+        return y * z
+
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    expected = fn(x, w)
+    expected.sum().backward()
+    expected_grad = x.grad
+    x.grad = None
+    backend = Backend()
+    got = torch.compile(fn, backend=backend)(x, w)
+    got.sum().backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(x.grad, expected_grad)
+    assert w.grad is None
+    assert_ran_on_triton(backend, "backward")
+
+
+@pytest.mark.parametrize("block", ["enable_grad", "autocast"])
+def test_grad_enabling_and_autocast_blocks_run_on_pytorch(block):
+    def fn(x):
+        with (torch.enable_grad() if block == "enable_grad" else
+              torch.autocast("cpu", dtype=torch.bfloat16)):
+            y = x * 2
+        return y + 1
+
+    x = torch.randn(4, 8, requires_grad=True)
+    backend = Backend()
+    with torch.no_grad() if block == "enable_grad" else torch.enable_grad():
+        with pytest.warns(UserWarning, match="runs on PyTorch: NotImplementedError"):
+            got = torch.compile(fn, backend=backend)(x)
+        expected = fn(x)
+    torch.testing.assert_close(got, expected)
+    assert got.requires_grad == expected.requires_grad
+
+
 def test_a_graph_the_tracer_refuses_runs_on_pytorch_with_a_warning():
     backend = Backend()
     z = torch.randn(4, 8, dtype=torch.complex64)
