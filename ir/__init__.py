@@ -7,8 +7,10 @@ from ir.jit import (cache_stats, jit, last_backward_traces, last_entry, last_pro
 from ir.modules import JitModule
 from ir.proxies import DataDependentError, IntProxy, TensorProxy
 from ir.trace import Eqn, Trace
+from ir import dynamo
 
 __all__ = ["jit", "explain", "Explanation", "last_traces", "last_backward_traces",
            "last_prologue", "last_entry", "cache_stats", "thin", "Executor", "CompileContext",
            "register_executor", "get_executor", "torch_executor",
-           "Eqn", "Trace", "IntProxy", "TensorProxy", "JitModule", "DataDependentError"]
+           "Eqn", "Trace", "IntProxy", "TensorProxy", "JitModule", "DataDependentError",
+           "dynamo"]

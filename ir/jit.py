@@ -60,6 +60,7 @@ class Entry:
     # fn's arguments -> the traces' inputs (deep containers flat, implicit inputs appended);
     # None where they are the same
     arguments: object = None
+    host: tuple = ()    # the host equations (shape queries, size math) the guards may read
 
 
 _names_taken: dict[str, itertools.count] = {}
@@ -144,14 +145,17 @@ def _input_proxy(name: str, value, ctx: TraceContext):
             return proxy
         sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
         record(prims.shape, (proxy,), {}, sizes)
-        for size in sizes:   # 0 and 1 are specialized, as broadcasting depends on them
-            if size.hint < 2:
+        static = ctx.static_dims.get(name, ())
+        for dim, size in enumerate(sizes):   # 0 and 1 are specialized: broadcasting depends on them
+            if size.hint < 2 or dim in static:
                 ctx.add_guard(("eq", size, size.hint))
-                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)")
+                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)"
+                                if size.hint < 2 else "a static size of the caller's graph")
             else:
                 ctx.add_guard(("ge", size, 2))
                 ctx.lower_bounds[id(size)] = 2
-        proxy.shape = tuple(s.hint if s.hint < 2 else s for s in sizes)
+        proxy.shape = tuple(s.hint if s.hint < 2 or d in static else s
+                            for d, s in enumerate(sizes))
         return proxy
     if containers.is_deep(value):
         return tuple(_input_proxy(ctx.fresh_name(n), v, ctx) for n, v in
@@ -316,6 +320,8 @@ class JitFunction:
             self.__name__ = f"{type(fn.__self__).__name__}.{self.__name__}"
         # a bound method of a module: its module tree joins the cache key (`ir.modules`)
         self.module = modules.owner_module(fn)
+        # parameter name -> dims whose sizes symbolic mode takes as constants (`ir.dynamo`)
+        self.static_dims: dict[str, set] = {}
 
     def options(self) -> dict:
         """The keyword arguments of `ir.jit` that made this function (executors by name where
@@ -488,7 +494,8 @@ class JitFunction:
         sources = capture_sources(self.fn)
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
-                           capture_sources={id(t): name for name, (t, _) in sources.items()})
+                           capture_sources={id(t): name for name, (t, _) in sources.items()},
+                           static_dims=self.static_dims)
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
         try:
@@ -551,7 +558,7 @@ class JitFunction:
         prologue = module_attributes.guarded(prologue, calls.reads, self.module)
         cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
-                     ctx.specializations, backward, arguments=arguments)
+                     ctx.specializations, backward, arguments=arguments, host=tuple(host))
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one

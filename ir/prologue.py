@@ -192,6 +192,29 @@ def _guards_in_order(guards, eqns, input_vars) -> list[str]:
     return lines
 
 
+def _guard_lines(inputs, guards, host_eqns) -> list[str]:
+    """The prologue's body after the per-input checks: stride queries, the host equations the
+    guards need, the guards in dependency order, then `return True`."""
+    input_vars = [v for _, value in inputs for v in iter_vars(value)]
+    strided = {g[1].name: None for g in guards if g[0].startswith("stride")}
+    body = [f"{name}_strides = {name}.stride()" for name in strided]   # one query each
+    body += _guards_in_order(guards, _needed_host_eqns(guards, host_eqns, input_vars),
+                             input_vars)
+    return body + ["return True"]
+
+
+def build_guard_check(inputs, guards, host_eqns):
+    """A function of the inputs checking only `guards` (no per-input type, dtype, device, rank
+    or size check: for a caller that has checked those, as Dynamo has for a compiled graph)."""
+    ns = {"torch": torch, "math": math}
+    params = ", ".join(name for name, _ in inputs)
+    source = f"def guard_check({params}):\n" + "\n".join(
+        "  " + line for line in _guard_lines(inputs, guards, host_eqns))
+    exec(compile(source, "<guard check>", "exec"), ns)
+    ns["guard_check"].source = source
+    return ns["guard_check"]
+
+
 def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = True,
                    keyed: int | None = None, requires_grad: bool | None = None) -> Prologue:
     """inputs: the trace's (name, value) pairs; guards: (op, a, b) triples; host_eqns: the traced
@@ -209,12 +232,7 @@ def build_prologue(inputs, guards, host_eqns, symbolic: bool, grad_mode: bool = 
         _check_value(name, value, symbolic, checks, ns, requires_grad)
         if keyed is not None and i >= keyed:    # an implicit input: the cache key has not seen it
             checks[first:] = [(full, full) for full, _ in checks[first:]]
-    input_vars = [v for _, value in inputs for v in iter_vars(value)]
-    strided = {g[1].name: None for g in guards if g[0].startswith("stride")}
-    body = [f"{name}_strides = {name}.stride()" for name in strided]   # one query each
-    body += _guards_in_order(guards, _needed_host_eqns(guards, host_eqns, input_vars),
-                             input_vars)
-    body.append("return True")
+    body = _guard_lines(inputs, guards, host_eqns)
     devices = "".join(f"{k} = torch.device({str(v)!r})\n" for k, v in ns.items()
                       if k.startswith("DEVICE_"))
     devices += "".join(f"# {k} is the type {v.__module__}.{v.__qualname__}\n"

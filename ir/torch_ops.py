@@ -841,7 +841,7 @@ def unbind(input, dim=0):
 def _legacy_empty(t) -> bool:
     """A 1-d tensor of size 0 (`torch.tensor([])`), which eager's cat skips (a KV cache starts as
     one) but for the dtype of the result."""
-    return t.ndim == 1 and isinstance(t.shape[0], int) and t.shape[0] == 0
+    return t.ndim == 1 and type(t.shape[0]) is int and t.shape[0] == 0
 
 
 @register(torch.cat, torch.concat, torch.concatenate)

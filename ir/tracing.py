@@ -42,6 +42,9 @@ class TraceContext:
     ops: list = dataclasses.field(default_factory=list)     # the torch ops being traced, nested
     # (IntProxy, value, cause): sizes pinned to a value in symbolic mode, and what pinned them
     specializations: list = dataclasses.field(default_factory=list)
+    # input name -> dims whose sizes are constants in symbolic mode (a caller fixes them: the
+    # dims Dynamo holds static in a graph with symbolic sizes)
+    static_dims: dict = dataclasses.field(default_factory=dict)
 
     def specialized(self, size, value, cause=None) -> None:
         self.specializations.append((size, value, cause or self.cause()))

@@ -61,13 +61,18 @@ step bench_padcat 80 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/padcat.py
 step bench_overhead 50 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/overhead.py --seed-size
 # the GPT's forward + backward with heuristic configs (tuning its ~30 kernels would not fit)
 step bench_gpt 60 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/gpt.py
+# whole models through eager, inductor and torch.compile with our backend (perf/models.py: a
+# Llama-3-8B-shaped layer, bf16); opt-in, as its inductor compiles do not fit the 9 minutes
+if [[ "${GPU_CHECK_MODELS:-0}" == 1 ]]; then
+    step bench_models 120 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/models.py --calls 3
+fi
 step report 40 "$PY" -m triton_exec report --out "$OUT/report"
 # the test suite's correctness cases (interpreter, CPU tensors) with what time is left
 # (pytest-xdist spreads it over 8 processes where it is installed, as on the H200 image)
 xdist=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
 step pytest 25 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider $xdist
 
-for log in bench_rope bench_padcat bench_overhead bench_gpt; do
+for log in bench_rope bench_padcat bench_overhead bench_gpt bench_models; do
     [[ -f "$OUT/$log.log" ]] && { echo; echo "---- $log"; grep -E '^(\||##|[A-Z])' "$OUT/$log.log"; } >> "$summary"
 done
 echo "gpu_check done: $failed failed step(s); summary in $summary"

@@ -6,6 +6,7 @@ this one process, interleaved, and reports the median over several repeats of ma
 
     python perf/overhead.py            # full run
     python perf/overhead.py --quick    # a few iterations, for a smoke test
+    python perf/overhead.py --torch-compile    # also torch.compile: Dynamo, inductor, ours
 
 To add a row, add a (label, callable, checked) triple in `rows()`; each callable takes the
 RoPE's arguments (x, cos, sin, n); `checked` rows must match eager. The first row is the baseline.
@@ -21,9 +22,11 @@ With --seed-size on a GPU it also reports host time per call against kernel time
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import os
@@ -74,6 +77,39 @@ def rows(args) -> list[tuple[str, object, bool]]:
     ] + plain_rows
 
 
+def own_code(fn):
+    """fn with a code object of its own: Dynamo keeps its compiled entries per code object, so
+    each row's lookup sees its own entry only."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+def torch_compile_rows(args) -> list[tuple[str, object, bool]]:
+    """torch.compile's rows: Dynamo's guards and graph call with the "eager" backend (the floor
+    of every backend), inductor, and ours (`backend="triton_exec"`), static and dynamic."""
+    launches = "" if CUDA else " (launches no-op'd)"
+    backends = [ir.dynamo.Backend(), ir.dynamo.Backend()]
+    ours_rows = [torch.compile(own_code(rope), backend=backends[0]),
+                 torch.compile(own_code(rope), backend=backends[1], dynamic=True)]
+    with noop_launches() if not CUDA else contextlib.nullcontext():   # compile them now
+        for compiled in ours_rows:
+            compiled(*args)
+    # the static graph Dynamo captured (its inputs x, cos, sin; n is a constant of it), called
+    # as Dynamo calls it (thin check) and through ir.jit's whole lookup (key and prologue)
+    (graph,) = backends[0].graphs
+    return [
+        (f"triton_exec graph as Dynamo calls it, thin check{launches}",
+         lambda x, cos, sin, n: graph(x, cos, sin), CUDA),
+        (f"the same graph through ir.jit's lookup{launches}",
+         lambda x, cos, sin, n: graph.jitted(x, cos, sin), CUDA),
+        ("torch.compile eager backend (Dynamo only)",
+         torch.compile(own_code(rope), backend="eager"), True),
+        ("torch.compile inductor", torch.compile(own_code(rope), backend="inductor"), True),
+        (f"torch.compile triton_exec{launches}", ours_rows[0], CUDA),
+        (f"torch.compile triton_exec, dynamic=True{launches}", ours_rows[1], CUDA),
+    ]
+
+
 def time_per_call_us(fn, args, calls: int) -> float:
     start = time.perf_counter_ns()
     for _ in range(calls):
@@ -118,13 +154,16 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     parser.add_argument("--calls", type=int, default=None, help="calls per repeat")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="also torch.compile rows: Dynamo alone, inductor, ours")
     parser.add_argument("--seed-size", action="store_true",
                         help="on a GPU, also host time vs kernel time at the seed's size")
     opts = parser.parse_args(argv)
     calls = opts.calls or (50 if opts.quick else 2000)
     repeats = opts.repeats or (3 if opts.quick else 9)
     args = tiny_inputs()
-    results = measure(rows(args), args, calls, repeats)
+    results = measure(rows(args) + (torch_compile_rows(args) if opts.torch_compile else []),
+                      args, calls, repeats)
     print(format_table(results, calls, repeats))
     if opts.seed_size and CUDA:
         print(host_vs_kernel())

@@ -21,11 +21,14 @@ RECIPES = {
     "fsdp2_blocks_jit": ("fsdp2_blocks_jitted", True),
     # the blocks sharded first (their hooks make them opaque calls), the whole model jitted
     "fsdp2_blocks_sharded_jit": ("fsdp2_blocks_sharded", True),
+    # through torch.compile with our backend: DDP compiled (Dynamo's DDP optimizer splits the
+    # graph at bucket boundaries), and FSDP2's recipe: each block compiled and sharded
+    "ddp_compile": ("ddp_compile", True), "fsdp2_blocks_compile": ("fsdp2_blocks_compile", True),
 }
 
 
 def wrap(recipe: str, jitted: bool, model):
-    """(the module to train, the jitted modules) for a recipe."""
+    """(the module to train, the jitted modules or the torch.compile backend) for a recipe."""
     import ir
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
@@ -41,6 +44,15 @@ def wrap(recipe: str, jitted: bool, model):
     if recipe == "fsdp2":
         module = jit(model) if jitted else model
         return fully_shard(module), [module] if jitted else []
+    if recipe == "ddp_compile":
+        backend = ir.dynamo.Backend()
+        return torch.compile(DistributedDataParallel(model), backend=backend), [backend]
+    if recipe == "fsdp2_blocks_compile":
+        backend = ir.dynamo.Backend()
+        for block in model.blocks:
+            block.compile(backend=backend)
+            fully_shard(block)
+        return fully_shard(model), [backend]
     if recipe == "fsdp2_blocks_jitted":
         blocks = [jit(block) for block in model.blocks]
         for i, block in enumerate(blocks):
@@ -89,7 +101,8 @@ def train(recipe: str, jitted: bool, rank: int):
         losses.append(loss.detach())
     return {"losses": torch.stack(losses), "grads": grads,
             "parameters": _full(dict(model.named_parameters())), "kernels": kernels,
-            "misses": [ir.cache_stats(m).misses for m in jitted_modules]}
+            "misses": [ir.cache_stats(m).misses for m in jitted_modules
+                       if not isinstance(m, ir.dynamo.Backend)]}
 
 
 def _full(tensors: dict) -> dict:

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REQUIREMENTS="torch==2.13.0 triton==3.6.0 hypothesis==6.170.27 pytest==9.2.0 numpy==2.4.6 matplotlib==3.11.2"
+# tests/test_dynamo.py's models (transformers' classes built from configs: nothing downloaded)
+REQUIREMENTS="$REQUIREMENTS transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0"
 STAMP=.venv/.setup-done
 # pyproject.toml's hash and the checkout's path: a changed project (e.g. its entry points) or a
 # .venv now serving another checkout (its editable install points at the old path) installs again

@@ -3,7 +3,8 @@ the gloo backend over loopback, spawned once here (bounded in time); 3 AdamW ste
 rank's own batches give the losses, gradients and parameters of eager DDP / FSDP2, in each
 recipe: the whole jitted model wrapped; a DDP inside a jitted module (an opaque call); each
 block jitted then sharded; the blocks sharded first, then the whole model jitted (the sharded
-blocks run as opaque calls)."""
+blocks run as opaque calls); and through torch.compile with our backend (DDP compiled, each
+block compiled then sharded)."""
 import socket
 import sys
 import time
@@ -18,7 +19,8 @@ import distributed_training  # noqa: E402
 
 TIMEOUT_S = 420     # a hung collective fails the test instead of hanging the suite
 EAGER = {"ddp_jit": "ddp", "ddp_inside_jit": "ddp", "fsdp2_jit": "fsdp2", "fsdp2_blocks_jit": "fsdp2_blocks",
-         "fsdp2_blocks_sharded_jit": "fsdp2_blocks"}
+         "fsdp2_blocks_sharded_jit": "fsdp2_blocks", "ddp_compile": "ddp",
+         "fsdp2_blocks_compile": "fsdp2_blocks"}
 
 
 def free_port() -> int:
@@ -46,7 +48,8 @@ def test_jitted_gpt_trains_like_eager_ddp_and_fsdp2(ranks, jitted):
     eager_name = EAGER[jitted]
     for rank, results in enumerate(ranks):
         eager, got = results[eager_name], results[jitted]
-        assert got["misses"] and all(m == 1 for m in got["misses"])
+        assert all(m == 1 for m in got["misses"])    # none for torch.compile's recipes
+        assert got["misses"] or jitted.endswith("_compile")
         assert got["kernels"] > 0           # Triton kernels ran in the first step
         where = f"{jitted}, rank {rank}"
         torch.testing.assert_close(got["losses"], eager["losses"], rtol=1e-5, atol=1e-5,

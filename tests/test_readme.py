@@ -11,7 +11,8 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     examples = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(examples) == 3       # the first steps, training, a model (each builds on them)
+    assert len(examples) == 4       # the first steps, training, a model, torch.compile (each
+    #                                 builds on them)
     namespace = {}
     for example in examples:
         exec(compile(example, "README.md", "exec"), namespace)
@@ -26,6 +27,7 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     assert "['forward', 'backward']" in printed
     assert "ir.explain(GPT.forward)" in printed and "CacheStats(hits=1, misses=1, eager=0)" in printed
     assert (tmp_path / "perf/out/report/report.md").exists()
+    assert "ir.dynamo: 1 graphs" in printed
 
 
 def test_the_commands_it_names_exist():

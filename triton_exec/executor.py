@@ -231,5 +231,8 @@ def _example_tensor(t, device):
 
 
 def last_kernels(jfn) -> list[KernelRecord]:
-    """One record per kernel of the cache entry that the last call of `jfn` ran."""
-    return list(ir.last_entry(jfn).extra.get("triton", ()))
+    """One record per kernel of the cache entry that the last call of `jfn` ran; for a
+    `torch.compile` backend (`ir.dynamo.Backend`), of the last entry of each of its graphs."""
+    entries = ir.dynamo.last_entries(jfn) if isinstance(jfn, ir.dynamo.Backend) else [
+        ir.last_entry(jfn)]
+    return [k for entry in entries for k in entry.extra.get("triton", ())]

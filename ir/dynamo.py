@@ -1,0 +1,361 @@
+"""The `torch.compile` backend: each graph Dynamo captures runs through `ir.jit`.
+
+    torch.compile(model, backend="triton_exec")     # found by the torch_dynamo_backends entry point
+    torch.compile(model, backend=ir.dynamo.Backend(executors=["triton"], cache_limit=4))
+
+Dynamo (the capture half of `torch.compile`) runs the Python: data-dependent branches, side
+effects on Python objects, `ModelOutput`s, KV cache objects. It hands each straight-line piece
+as a torch-level FX graph, with its guards, to the backend. The backend jits the graph's forward
+like any function: the graph's ops go through our tracer, passes, fusion, vectorization and
+fused backward (`ir.autodiff`), exactly as `ir.jit(fn)` would run them. A static graph is jitted
+in "constant values" mode, a graph with symbolic sizes (`dynamic=True`, `mark_dynamic`, or
+Dynamo's automatic dynamic shapes after a size changed) in "symbolic values" mode.
+
+Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, and a
+static graph's sizes and strides, and the grad mode. A call of a compiled graph checks only what
+Dynamo does not (`thin_guards`): pointer alignment, the negative bit, and for a symbolic input
+the facts our kernels rest on (size relations, divisibility, strides, spans). Where they fail,
+the full `ir.jit` lookup runs (it may compile another entry).
+
+A graph our tracer refuses (an in-place op, say) runs as Dynamo captured it, on PyTorch; a
+warning names the graph and the reason.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import operator
+import os
+import re
+import warnings
+import weakref
+from importlib import metadata
+
+import torch
+import torch.nn.functional as F
+
+from ir import diagnostics, prims
+from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
+from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
+from ir.prologue import build_guard_check
+from ir.proxies import IntProxy, TensorProxy
+
+log = logging.getLogger("ir.dynamo")
+# guards that read only a tensor's sizes and strides: Dynamo checks those of a static input
+_LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisible",
+                  "strides_compose", "stride_span_lt", "contiguous")
+
+
+def _example_values(gm) -> dict:
+    """Placeholder name -> Dynamo's example value (a FakeTensor, SymInt or int)."""
+    return {node.name: node.meta.get("example_value") for node in gm.graph.nodes
+            if node.op == "placeholder"}
+
+
+def _static_dims(values: dict) -> dict[str, set]:
+    """Placeholder name -> the dims of a tensor input whose sizes are constants of the graph
+    (Dynamo guards them equal)."""
+    return {name: {d for d, s in enumerate(v.shape) if type(s) is int}
+            for name, v in values.items() if isinstance(v, torch.Tensor)}
+
+
+def _static_inputs(values: dict) -> set[str]:
+    """Placeholder names of the tensor inputs whose sizes and strides are all constants of the
+    graph, so that Dynamo guards them exactly."""
+    return {name for name, v in values.items() if isinstance(v, torch.Tensor)
+            and all(type(s) is int for s in (*v.shape, *v.stride()))}
+
+
+def is_dynamic(gm) -> bool:
+    """Whether the graph has symbolic sizes (a SymInt input or a tensor of symbolic shape)."""
+    values = _example_values(gm)
+    static = _static_inputs(values)
+    return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and name not in static)
+               for name, v in values.items())
+
+
+def _sum(*args):
+    return sum(args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args)
+
+
+# What Dynamo writes into a graph -> what our tracer knows it as: its functions on symbolic
+# sizes, as Python computes them on our size proxies (they are not SymInts), and the C bindings
+# it records for Python functions of torch.nn.functional (F.pad calls torch._C._nn.pad)
+GRAPH_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
+                   torch.sym_not: operator.not_, torch.sym_int: int, torch.sym_float: float,
+                   torch._C._nn.pad: F.pad}
+
+
+_AUTOCAST = (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast)
+
+
+def _is_tensor(node) -> bool:
+    return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("example_value"),
+                                                          torch.Tensor)
+
+
+def _detach_no_grad_regions(graph: torch.fx.Graph) -> None:
+    """Dynamo writes a `with torch.no_grad():` block as `torch._C._set_grad_enabled(False)` ...
+    `(True)` calls; our tracer would run them at tracing, and the computation would record
+    gradients through the block. For functional ops no_grad means: what the block computes
+    needs no grad. So each tensor the block reads from outside is read detached, and the
+    calls are dropped. An enable_grad block is refused (NotImplementedError)."""
+    enabled, detached, inside = True, {}, set()
+
+    def detach_outside(node, arg):
+        if not _is_tensor(arg) or arg in inside:
+            return arg
+        if arg not in detached:
+            with graph.inserting_before(node):
+                detached[arg] = graph.call_method("detach", (arg,))
+        return detached[arg]
+
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            if node.args[0] and enabled:
+                raise NotImplementedError("a grad-enabling block (torch.enable_grad) inside "
+                                          "the graph is not traced")
+            enabled, detached = bool(node.args[0]), {}
+            graph.erase_node(node)
+        elif node.op == "call_function" and node.target in _AUTOCAST:
+            raise NotImplementedError("torch.autocast blocks inside the graph are not traced yet")
+        elif not enabled and node.op in ("call_function", "call_method"):
+            node.args = torch.fx.node.map_arg(node.args, lambda a: detach_outside(node, a))
+            node.kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: detach_outside(node, a))
+            inside.add(node)
+
+
+def traceable_copy(gm) -> torch.fx.GraphModule:
+    """A copy of the graph our tracer runs: calls rewritten by `GRAPH_FUNCTIONS`, no-grad
+    blocks detached (`_detach_no_grad_regions`). The original stays as Dynamo captured it,
+    for a graph that runs on PyTorch."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in GRAPH_FUNCTIONS:
+            node.target = GRAPH_FUNCTIONS[node.target]
+    _detach_no_grad_regions(graph)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def graph_function(gm, name: str):
+    """A plain function named `name` taking the graph's placeholders and running its forward,
+    so that the jit names kernels after it and sees no module (a graph has no hooks or tree)."""
+    params = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
+    ns = {"forward": gm.forward}
+    exec(f"def {name}({', '.join(params)}):\n    return forward({', '.join(params)})\n", ns)
+    return ns[name]
+
+
+def dynamo_sizes(entry, values: dict) -> dict[int, object]:
+    """id of each size proxy of the entry that stands for an input's size or an int input ->
+    what it is in Dynamo's graph: an int (a static size) or a SymInt."""
+    found = {}
+    for name, value in entry.traces[0].inputs:
+        if isinstance(value, IntProxy) and isinstance(values.get(name), (int, torch.SymInt)):
+            found[id(value)] = values[name]
+    for eqn in entry.host:
+        fake = values.get(eqn.args[0].name) if eqn.prim is prims.shape else None
+        if isinstance(fake, torch.Tensor):
+            found.update((id(size), s) for size, s in zip(eqn.outs, fake.shape))
+    return found
+
+
+def _symbol(x):
+    return x.node.expr if isinstance(x, torch.SymInt) else None
+
+
+def dynamo_checks(guard, static: set[str], sizes: dict) -> bool:
+    """Whether Dynamo's own guards imply this guard of an entry: a layout guard on a tensor
+    whose sizes and strides the graph holds constant; a size pinned to its value where the
+    graph holds it static; two sizes equal where Dynamo gave them one symbol; a symbolic size
+    at least 2 (Dynamo specializes 0 and 1 and guards its size symbols >= 2)."""
+    op, a, b = guard
+    if op in _LAYOUT_GUARDS:
+        return isinstance(a, TensorProxy) and a.name in static
+    if id(a) not in sizes:
+        return False
+    if op == "eq" and type(b) is int:
+        return type(sizes[id(a)]) is int
+    if op == "eq" and id(b) in sizes:
+        return _symbol(sizes[id(a)]) is not None and _symbol(sizes[id(a)]) == _symbol(sizes[id(b)])
+    symbol = _symbol(sizes[id(a)])
+    return op == "ge" and type(b) is int and b == 2 and symbol is not None and symbol.is_Symbol
+
+
+def thin_guards(entry, graph) -> list:
+    """The guards of an entry of a compiled graph that Dynamo does not check."""
+    sizes = dynamo_sizes(entry, graph.example_values)
+    return [g for g in entry.guards if not dynamo_checks(g, graph.static, sizes)]
+
+
+class CompiledGraph:
+    """What Dynamo calls in place of one captured graph: the jitted graph, behind thin guards."""
+
+    def __init__(self, gm, name: str, jitted: JitFunction, explain: bool):
+        self.name = name
+        self.graph_module = gm
+        self.jitted = jitted
+        self.example_values = _example_values(gm)    # FakeTensors: no real memory held
+        self.static = _static_inputs(self.example_values)
+        jitted.static_dims = _static_dims(self.example_values)
+        self.explain_each = explain
+        self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
+        self.refused: str | None = None     # why the tracer refused the graph (then run eagerly)
+
+    @property
+    def last_entry(self):
+        return self.jitted.last_entry
+
+    def __call__(self, *args):
+        for check, entry in self.fast:
+            if check(*args):
+                self.jitted.last_entry = entry
+                return entry.computation(*args)
+        if self.refused is not None:
+            return self.graph_module.forward(*args)
+        entry = self.lookup(args)
+        return entry.computation(*args)
+
+    def lookup(self, args):
+        """The full `ir.jit` lookup (compiling on a miss); an entry it returns joins the fast
+        path. A graph the tracer refuses runs on PyTorch from then on (entries built before
+        keep serving the calls whose thin checks they pass)."""
+        jitted, known = self.jitted, self.jitted.stats.misses
+        try:
+            entry = jitted.lookup(jitted.bind(args, {}))
+        except (NotImplementedError, TypeError) as error:     # what the tracer refuses
+            self.refuse(error)
+            return _EagerEntry(self.graph_module.forward)
+        if entry.prologue is not None and not any(e is entry for _, e in self.fast):
+            check = self.thin_check(entry)
+            if check is not None:
+                self.fast.append((check, entry))
+        if self.explain_each and jitted.stats.misses > known and entry.prologue is not None:
+            log.warning("%s", self.explanation(entry))
+        return entry
+
+    def refuse(self, error: Exception) -> None:
+        """From now on the graph runs as Dynamo captured it, on PyTorch; warns why."""
+        self.refused = f"{type(error).__name__}: {error}"
+        warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
+                      stacklevel=4)
+
+    def thin_check(self, entry):
+        """The entry's guards less those Dynamo checks, as one function of the graph's inputs;
+        None where the entry reads implicit inputs (their checks stay in the full prologue)."""
+        if len(entry.traces[0].inputs) != len(self.jitted.param_names):
+            return None
+        return build_guard_check(entry.traces[0].inputs, thin_guards(entry, self),
+                                 entry.host)
+
+    def explanation(self, entry=None) -> str:
+        entry = entry or self.last_entry
+        if entry is None:
+            return f"graph {self.name}: not run yet"
+        if entry.prologue is None:
+            return f"graph {self.name}: runs eagerly on PyTorch"
+        text = str(diagnostics.explanation(self.jitted, entry))
+        thin = thin_guards(entry, self)
+        return (f"graph {self.name} (from torch.compile: Dynamo checks each input's dtype, "
+                f"device, rank, requires_grad, static sizes and strides, and the grad mode; "
+                f"the backend checks {len(thin)} guards per call)\n{text}")
+
+
+class CheckedCompiledGraph(CompiledGraph):
+    """Under IR_CHECK_GUARDS=1 (the tests): a call that an entry's thin check accepts must pass
+    that entry's whole prologue too, as Dynamo's guards and the thin check together imply it."""
+
+    def __call__(self, *args):
+        for check, entry in self.fast:
+            if check(*args) and not entry.prologue(*args):
+                raise AssertionError(f"ir.dynamo: graph {self.name}: the thin check accepts a "
+                                     f"call that the entry's prologue rejects:\n{entry.prologue}")
+        return super().__call__(*args)
+
+
+class _EagerEntry:
+    prologue = None
+
+    def __init__(self, fn):
+        self.computation = fn
+
+
+class Backend:
+    """A `torch.compile` backend running each captured graph through `ir.jit`.
+
+    executors: executor objects or registered names, as `ir.jit` takes them (default: the
+    Triton executor). cache: an `ir.jit` cache mode, or None (default) for "constant values"
+    on static graphs and "symbolic values" on graphs with symbolic sizes. cache_limit: entries
+    per cache key of each graph, as `ir.jit`'s. explain: log each new entry's `ir.explain`
+    text on the `ir.dynamo` logger (WARNING, so it shows without configuring logging).
+    `graphs` lists the compiled graphs still alive, in compile order."""
+
+    def __init__(self, *, executors=("triton",), cache: str | None = None,
+                 cache_limit: int | None = DEFAULT_CACHE_LIMIT, explain: bool = False):
+        if cache is not None and cache not in CACHE_MODES:
+            raise ValueError(f"cache must be None or one of {CACHE_MODES}, got {cache!r}")
+        if cache_limit is not None and (type(cache_limit) is not int or cache_limit < 1):
+            raise ValueError(f"cache_limit must be a positive int or None, got {cache_limit!r}")
+        executors = [executors] if isinstance(executors, (str, Executor)) else list(executors)
+        for ex in executors:
+            _check_executor(ex)
+        self.executors, self.cache, self.cache_limit = executors, cache, cache_limit
+        self.explain_each = explain
+        self._graphs: list[weakref.ref] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
+        name = _graph_name()
+        try:
+            traced, refused = traceable_copy(gm), None
+        except NotImplementedError as error:
+            traced, refused = gm, error
+        cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
+        jitted = JitFunction(graph_function(traced, name), self.executors, cache,
+                             self.cache_limit)
+        checked = os.environ.get("IR_CHECK_GUARDS") == "1"
+        graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
+                                                                      self.explain_each)
+        if refused is not None:
+            graph.refuse(refused)
+        self._graphs.append(weakref.ref(graph))
+        return graph
+
+    @property
+    def graphs(self) -> list[CompiledGraph]:
+        self._graphs = [ref for ref in self._graphs if ref() is not None]
+        return [ref() for ref in self._graphs]
+
+    def explain(self) -> str:
+        """Per graph (compile order): its fusion groups, what was left to torch and why, and
+        the guards of the entry its last call used."""
+        graphs = self.graphs
+        return "\n\n".join([f"ir.dynamo: {len(graphs)} graphs"]
+                           + [g.explanation() for g in graphs])
+
+    def __repr__(self):
+        return (f"ir.dynamo.Backend(executors={self.executors!r}, cache={self.cache!r}, "
+                f"cache_limit={self.cache_limit!r})")
+
+
+def _check_executor(ex) -> None:
+    if isinstance(ex, Executor):
+        return
+    if not isinstance(ex, str):
+        raise TypeError(f"executors: expected ir.Executor objects or names, got {ex!r}")
+    if ex not in _REGISTRY and ex not in metadata.entry_points(group=ENTRY_POINT_GROUP).names:
+        raise ValueError(f"no executor named {ex!r}")
+
+
+def _graph_name() -> str:
+    """`graph_0_1` for Dynamo's compile id 0/1 (frame 0, its second compile), as its logs
+    name the graph; `graph` outside a Dynamo compile."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return "graph_" + re.sub(r"\W", "_", str(compile_id)) if compile_id is not None else "graph"
+
+
+backend = Backend()     # the `triton_exec` entry point of the torch_dynamo_backends group
+
+
+def last_entries(compiled) -> list:
+    """The entry the last call of each graph used (graphs not run yet are left out)."""
+    return [g.last_entry for g in compiled.graphs if g.last_entry is not None]
