@@ -19,7 +19,8 @@ import weakref
 
 import torch
 
-from ir import autodiff, diagnostics, modules, passes, prims, recompiles
+from ir import (autodiff, diagnostics, functionalize, module_state, modules, passes, prims,
+                recompiles)
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -134,6 +135,8 @@ def _input_proxy(name: str, value, ctx: TraceContext, grad_mode: bool):
         proxy = TensorProxy(name, (), value.dtype, value.device,
                             value.requires_grad and grad_mode, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
+        if value.requires_grad and value.is_leaf:   # eager refuses to write into it in grad mode
+            ctx.mutations.leaves.add(id(proxy))
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
             return proxy
@@ -437,12 +440,13 @@ class JitFunction:
                            capture_sources={id(t): name for name, (t, _) in sources.items()})
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx, grad_mode)
-        with tracing(ctx):
+        with tracing(ctx), module_state.watched(self.module) as rebound:
             names = list(map(ctx.parameter_name, self.param_names))
             inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx, grad_mode))
                                            for name, a in zip(names, args)))
             outputs = self.call_fn([ctx.run(_resolved, value) for _, value in inputs])
             outputs = _check_outputs(ctx.run(ctx.captured, outputs))
+            outputs, rebindings = ctx.run(self.state_outputs, ctx, inputs, outputs, rebound())
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         args = tuple(args) + tuple(tensor for _, tensor, _ in ctx.captures)
         inputs += captured
@@ -471,11 +475,31 @@ class JitFunction:
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
                                   keyed=len(inputs) - len(captured))
         computation = compile_trace(traces[-1])
+        if rebindings is not None:
+            computation = module_state.rebinding(computation, rebindings)
         if captured:    # implicit inputs: read from their sources at every call
             readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
             prologue, computation = _reading(prologue, computation, readers)
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward)
+
+    @staticmethod
+    def state_outputs(ctx, inputs, outputs, rebound):
+        """The trace's outputs once the state the traced code changed is written: each written
+        input copied into (`ir.functionalize.write_backs`), each rebound module slot an extra
+        output. Without rebound slots: (outputs, None); else ((outputs, (written inputs, values
+        of the slots)), the slots), which `module_state.rebinding` unpacks at every call."""
+        values = [functionalize.current(ctx, ctx.captured(value)) for _, value in rebound]
+        tensors = [v for v in iter_vars([value for _, value in inputs] +
+                                        [proxy for proxy, _, _ in ctx.captures])
+                   if isinstance(v, TensorProxy)]
+        written = functionalize.write_backs(ctx, tensors)
+        outputs = functionalize.final_outputs(ctx, outputs, written)
+        if not rebound:
+            if not written:
+                return outputs, None
+            return (outputs, (tuple(written.values()), ())), []
+        return (outputs, (tuple(written.values()), tuple(values))), [slot for slot, _ in rebound]
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import sys
-import inspect
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -62,6 +61,8 @@ class TraceContext:
     captures: list = dataclasses.field(default_factory=list)    # (proxy, tensor, source name)
     capture_sources: dict = dataclasses.field(default_factory=dict)  # id(tensor) -> source name
     make_input: object = None           # (name, tensor) -> the proxy of an input (set by the jit)
+    # the values that in-place ops wrote, and the views that see them (`ir.functionalize`)
+    mutations: object = dataclasses.field(default_factory=lambda: _functionalize().Mutations())
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -131,19 +132,23 @@ class TraceContext:
     def compare(self, op: str, a, b) -> bool:
         return self.run(compare, op, a, b)
 
+    # Torch calls of the traced code, made on the current values of the tensors it holds (in-place
+    # forms traced functionally, see `ir.functionalize`).
     def call_torch(self, func, args, kwargs):
         args, kwargs = self.run(self.captured, (args, kwargs))
-        return self.run(call_torch, func, args, kwargs)
+        return self.run(_functionalize().call_torch, self, func, args, kwargs)
 
     def call_method(self, name: str, tensor, args):
-        return self.run(call_method, name, tensor, self.run(self.captured, args))
+        return self.run(_functionalize().call_method, self, name, tensor,
+                        self.run(self.captured, args))
 
     def tensor_method(self, tensor, name: str):
-        attribute = self.run(tensor_method, tensor, name)
-        if not callable(attribute):
-            return attribute
-        return lambda *args, **kwargs: self.run(attribute, *self.run(self.captured, args),
-                                                **self.run(self.captured, kwargs))
+        return self.run(_functionalize().tensor_method, self, tensor, name)
+
+
+def _functionalize():
+    from ir import functionalize
+    return functionalize
 
 
 _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -151,8 +156,10 @@ _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 class _TracingMode(TorchFunctionMode):
     """Catches the torch calls of traced code that no proxy dispatches: factories
-    (`torch.ones(8, device=x.device)`, `torch.arange(n)`) and modeled ops on captured tensors,
-    which become implicit inputs. Calls made by tracer code itself pass through."""
+    (`torch.ones(8, device=x.device)`, `torch.arange(n)`), modeled ops and in-place ops on
+    captured tensors, which become implicit inputs (an in-place op never runs at tracing), and
+    reads of the data of a captured tensor the code wrote (refused). Calls made by tracer code
+    itself pass through."""
 
     def __init__(self, ctx):
         super().__init__()
@@ -163,9 +170,12 @@ class _TracingMode(TorchFunctionMode):
         if self.ctx.depth == 0:
             from ir.shape_rules import SHAPE_RULES
             from ir.torch_ops import FACTORIES, HANDLERS
-            if func in FACTORIES or ((func in HANDLERS or func in SHAPE_RULES) and any(
+            functionalize = _functionalize()
+            if func in FACTORIES or ((func in HANDLERS or func in SHAPE_RULES
+                                      or functionalize.is_in_place(func, args, kwargs)) and any(
                     type(v) in _REAL_TENSORS for v in pytree.tree_flatten((args, kwargs))[0])):
                 return self.ctx.call_torch(func, args, kwargs)
+            functionalize.check_data_read(self.ctx, func, args)
         return func(*args, **kwargs)
 
 
@@ -446,31 +456,6 @@ def specialize(x):
 
 # ---- dispatch -----------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _inplace_parameter(func):
-    """The position of func's `inplace` parameter (F.relu, F.dropout, ...), or None."""
-    try:
-        names = list(inspect.signature(func).parameters)
-    except (TypeError, ValueError):
-        return None
-    return names.index("inplace") if "inplace" in names else None
-
-
-def refuse_in_place(func, args, kwargs) -> None:
-    """In-place variants are refused, never traced as their out-of-place op (which would leave the
-    tensor eager mutates unchanged): `inplace=True` (by keyword or position), `out=`, and the
-    trailing-underscore functions and methods (see `opaque`)."""
-    name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
-    if kwargs.get("out") is not None:
-        raise NotImplementedError(f"ir.jit: {name}(..., out=...) writes into its out tensor in "
-                                  "place, which ir.jit does not support; use the returned value")
-    at = _inplace_parameter(func)
-    inplace = kwargs.get("inplace", args[at] if at is not None and at < len(args) else False)
-    if inplace is True:
-        raise NotImplementedError(f"ir.jit: {name}(..., inplace=True) mutates its input, which "
-                                  "ir.jit does not support; pass inplace=False and use the result")
-
-
 _NOT_CHECKED = frozenset({"to", "size", "type_as", "float", "half", "bfloat16", "double", "int",
                           "long", "bool", "view"})
 
@@ -512,7 +497,6 @@ def eager_checks(func, args, kwargs) -> None:
 
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
-    refuse_in_place(func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
         if handler is None:
@@ -534,7 +518,6 @@ def call_method(name: str, self, args):
 def _method_call(name, handler, self, *args, **kwargs):
     with current().op(f"Tensor.{name}"):
         method = getattr(torch.Tensor, name, None)
-        refuse_in_place(method, (self, *args), kwargs)
         eager_checks(method, (self, *args), kwargs)
         return handler(self, *args, **kwargs)
 
@@ -596,7 +579,6 @@ def opaque(fn, args, kwargs):
     flat, spec = pytree.tree_flatten((args, kwargs))
     devices = [x.device for x in flat if isinstance(x, TensorProxy)]
     devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
-    refuse_in_place(fn, args, kwargs)
     meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
     try:
         result = fn(*meta_args, **meta_kwargs)
