@@ -119,6 +119,7 @@ def _fit(ctx, target, value):
         value = torch_ops.full(target.shape, value, dtype=target.dtype, device=target.device)
     value = torch_ops.convert(value, target.dtype)
     if not same_shape(value.shape, target.shape):
+        torch_ops.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
         value = torch_ops.expand_to(value, target.shape)
     return value
 
@@ -376,7 +377,8 @@ def _out_call(ctx, func, args, kwargs):
         tracing.eager_checks(func, args, kwargs)
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     value = tracing.call_torch(func, *resolve(ctx, (args, rest)))
-    if not isinstance(value, TensorProxy) or not same_shape(value.shape, out.shape):
+    if not isinstance(value, TensorProxy) or len(value.shape) != len(out.shape) or any(
+            a != b for a, b in zip(value.shape, out.shape)):    # guarded equal where equal
         raise NotImplementedError(
             f"ir.jit: {_name(func)}(..., out=...) would resize out from "
             f"{[hint(s) for s in out.shape]}; pass an out of the result's shape")
