@@ -125,15 +125,48 @@ def _fit(ctx, target, value):
 
 
 def _check_writable(ctx, root, view) -> None:
-    """Eager's refusals of a write: into a leaf that requires grad (or a view of one) in grad
-    mode, and into a layout where elements share memory (an expanded view)."""
+    """Eager's refusal of a write into a leaf that requires grad (or a view of one) in grad
+    mode."""
     if id(root) in ctx.mutations.leaves and torch.is_grad_enabled():
         leaf = torch.zeros(2, requires_grad=True)
         (leaf if view is None else leaf[:1]).add_(1)     # raises eager's own error
-    if view is not None and torch._debug_has_internal_overlap(view.meta) == 1:
-        meta = view.meta
-        overlapping = torch.zeros(1, dtype=meta.dtype).as_strided(meta.shape, meta.stride())
-        overlapping.copy_(torch.zeros(meta.shape, dtype=meta.dtype))    # eager's own error
+
+
+def _root(ctx, proxy):
+    view = ctx.mutations.views.get(id(proxy))
+    return view.base if view is not None else proxy
+
+
+def _layout(ctx, proxy) -> torch.Tensor:
+    """A meta tensor laid out as eager lays out the tensor the traced code holds."""
+    from ir.torch_ops import layout_meta
+    view = ctx.mutations.views.get(id(proxy))
+    return view.meta if view is not None else layout_meta(proxy)
+
+
+def check_memory_overlap(ctx, fn, target, args, kwargs) -> None:
+    """Eager's refusals of an in-place op that depend on memory: a target whose elements share
+    memory (an expanded view), an operand partly overlapping it (`x[None].add_(x)`). Where one
+    may apply, the op runs on CPU tensors laid out as the traced ones, sharing one storage as
+    they do, which raises eager's own error."""
+    root = _root(ctx, target)
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    sharing = [v for v in flat if isinstance(v, TensorProxy) and v is not target
+               and _root(ctx, v) is root and v.dtype == target.dtype]
+    target_meta = _layout(ctx, target)
+    if not sharing and torch._debug_has_internal_overlap(target_meta) != 1:
+        return
+    metas = {id(p): _layout(ctx, p) for p in [target, *sharing]}
+    span = 1 + max(m.storage_offset() + sum((n - 1) * s for n, s in zip(m.shape, m.stride()))
+                   for m in metas.values())
+    storage = torch.zeros(span, dtype=target.dtype)
+    laid_out = {key: storage.as_strided(m.shape, m.stride(), m.storage_offset())
+                for key, m in metas.items()}
+
+    def stand_in(v):
+        return laid_out[id(v)] if id(v) in laid_out else tracing._stand_in(v, "cpu")
+    args, kwargs = pytree.tree_unflatten([stand_in(v) for v in flat], spec)
+    fn(laid_out[id(target)], *args, **kwargs)
 
 
 def put_positions(base, positions, values):
@@ -186,7 +219,7 @@ def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
     root = parent.base if parent is not None else self
     self_meta = parent.meta if parent is not None else ctx.run(layout_meta, self)
     try:
-        metas = meta_run(self_meta)
+        metas = ctx.run(meta_run, self_meta)
     except Exception:       # noqa: BLE001  (the op ran on proxies; its meta run is only a probe)
         return
     metas = metas if isinstance(metas, (tuple, list)) else (metas,)
@@ -309,6 +342,7 @@ def in_place_method(ctx, name: str, target, args, kwargs):
                                   "tensor's shape or storage, which ir.jit does not support")
     with ctx.op(f"Tensor.{name}"):
         tracing.eager_checks(method, (target, *args), kwargs)
+        check_memory_overlap(ctx, method, target, args, kwargs)
     rtarget, rargs, rkwargs = resolve(ctx, (target, args, kwargs))
     write(ctx, target, _functional_value(ctx, name, rtarget, rargs, rkwargs))
     return target
@@ -351,6 +385,7 @@ def _setitem(ctx, target, index, value):
     (ints, slices, None, ...), else the functional setitem run by torch."""
     with ctx.op("Tensor.__setitem__"):
         tracing.eager_checks(torch.Tensor.__setitem__, (target, index, value), {})
+        check_memory_overlap(ctx, torch.Tensor.__setitem__, target, (index, value), {})
     if _basic(index):
         view = call_method(ctx, "__getitem__", target, (index,))
         write(ctx, view, current(ctx, value) if isinstance(value, TensorProxy) else value)
@@ -444,13 +479,29 @@ def copy_into(destination, value):
 def write_backs(ctx, inputs) -> dict:
     """Records `copy_into` for each input whose value the traced code changed (at the end of the
     computation); id(input) -> the copy's output, which is the input itself at run time."""
-    written = {}
+    changed = [proxy for proxy in inputs if current(ctx, proxy) is not proxy]
+    _read_copies(ctx, [proxy for proxy in changed if proxy.requires_grad])
+    return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
+                               [(proxy.shape, proxy.dtype)])[0] for proxy in changed}
+
+
+def _read_copies(ctx, inputs) -> None:
+    """Makes the computation read a copy of each of these inputs, taken first: autograd then
+    saves the copy for backward, not the input that `copy_into` overwrites at the end."""
+    from ir.trace import Eqn, map_vars
     for proxy in inputs:
-        value = current(ctx, proxy)
-        if value is not proxy:
-            written[id(proxy)] = _record(copy_into, (proxy, value),
-                                         [(proxy.shape, proxy.dtype)])[0]
-    return written
+        read = tracing.new_tensor(proxy.shape, proxy.dtype, proxy.device, True)
+        copy = Eqn(prims.opaque, (proxy,), {"fn": torch.clone, "fn_name": "torch.clone",
+                                            "kwargs": {}, "sequence": False}, (read,))
+        eqns = [e if e.prim.kind == "host" else e.replace(
+            args=map_vars(lambda v: read if v is proxy else v, e.args)) for e in ctx.eqns]
+        shape_query = [i for i, e in enumerate(eqns) if e.prim is prims.shape
+                       and e.args[0] is proxy]
+        at = shape_query[0] + 1 if shape_query else 0
+        ctx.eqns[:] = eqns[:at] + [copy] + eqns[at:]
+        for key, (holder, value) in list(ctx.mutations.values.items()):
+            if value is proxy:
+                ctx.mutations.values[key] = (holder, read)
 
 
 def final_outputs(ctx, outputs, written: dict):
