@@ -121,6 +121,11 @@ def _fit(ctx, target, value):
     if not same_shape(value.shape, target.shape):
         torch_ops.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
         value = torch_ops.expand_to(value, target.shape)
+    old = current(ctx, target)
+    if old.requires_grad and not value.requires_grad:
+        # eager's result keeps requiring grad (a zero gradient flows to the old value)
+        never = torch_ops.full(target.shape, False, dtype=torch.bool, device=target.device)
+        value = torch_ops.where(never, old, value)
     return value
 
 
@@ -480,14 +485,16 @@ def write_backs(ctx, inputs) -> dict:
     """Records `copy_into` for each input whose value the traced code changed (at the end of the
     computation); id(input) -> the copy's output, which is the input itself at run time."""
     changed = [proxy for proxy in inputs if current(ctx, proxy) is not proxy]
-    _read_copies(ctx, [proxy for proxy in changed if proxy.requires_grad])
+    _read_copies(ctx, [proxy for proxy in changed
+                       if proxy.requires_grad or current(ctx, proxy).requires_grad])
     return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
                                [(proxy.shape, proxy.dtype)])[0] for proxy in changed}
 
 
 def _read_copies(ctx, inputs) -> None:
-    """Makes the computation read a copy of each of these inputs, taken first: autograd then
-    saves the copy for backward, not the input that `copy_into` overwrites at the end."""
+    """Makes the computation read a copy of each of these inputs, taken first: autograd (and a
+    differentiable fusion group) then saves the copy for backward, not the input that
+    `copy_into` overwrites at the end."""
     from ir.trace import Eqn, map_vars
     for proxy in inputs:
         read = tracing.new_tensor(proxy.shape, proxy.dtype, proxy.device, True)

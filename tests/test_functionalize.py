@@ -6,6 +6,8 @@ leaf that requires grad or into an expanded view, an int tensor given a float re
 does not broadcast) raises eager's exception type."""
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from hypothesis import given, note, settings
@@ -22,14 +24,15 @@ IN_PLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.sub_({o}, alpha=2)", "{t} += 
             "{t}[..., :1] = {o}", "torch.relu_({t})", "F.relu({t}, inplace=True)",
             "torch.mul({t}, 2, out={t})", "{t}.div_(2)", "{t}.index_fill_(0, torch.tensor([0]), 1.5)")
 NUMBERS = ("0.5", "2.0", "-1.0", "3")
+EXAMPLES = int(os.environ.get("FUNCTIONALIZE_EXAMPLES", "25"))   # raise it for a soak
 
 
 @st.composite
 def in_place_programs(draw):
-    """Source of `f(x, y)`: up to 6 steps that make intermediates, views and in-place writes;
+    """Source of `f(x, y)`: up to 5 steps that make intermediates, views and in-place writes;
     it returns every value it made."""
     names, lines = ["x", "y"], []
-    for n in range(draw(st.integers(1, 6))):
+    for n in range(draw(st.integers(1, 5))):
         kind = draw(st.sampled_from(("fresh", "view", "view", "write", "write", "write")))
         h = draw(st.sampled_from(names))
         if kind == "fresh":
@@ -80,7 +83,7 @@ def leaves_for(draw_values, dtypes, grads):
             for v, dtype, grad in zip(draw_values, dtypes, grads)]
 
 
-@settings(max_examples=40)
+@settings(max_examples=EXAMPLES)
 @given(source=in_place_programs(), where=grid,
        dtypes=st.tuples(*[st.sampled_from((torch.float32, torch.float32, torch.int32))] * 2),
        grads=st.tuples(st.booleans(), st.booleans()), as_leaf=st.tuples(st.booleans(),
