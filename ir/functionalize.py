@@ -69,6 +69,7 @@ class Mutations:
     views: dict = dataclasses.field(default_factory=dict)     # id(view proxy) -> View
     versions: dict = dataclasses.field(default_factory=dict)  # id(root) -> writes so far
     leaves: set = dataclasses.field(default_factory=set)      # ids of leaf inputs needing grad
+    written_inputs: list = dataclasses.field(default_factory=list)  # set by `write_backs`
 
 
 # ---- values ---------------------------------------------------------------------------
@@ -415,6 +416,9 @@ def _out_call(ctx, func, args, kwargs):
                                   f"{type(out).__name__} is not supported")
     with ctx.op(tracing._opaque_name(func)):
         tracing.eager_checks(func, args, kwargs)
+        if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad
+                                           for v in pytree.tree_flatten((args, kwargs))[0]):
+            func(*_needing_grad(args), **_needing_grad(kwargs))    # raises eager's error
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     value = tracing.call_torch(func, *resolve(ctx, (args, rest)))
     if not isinstance(value, TensorProxy) or len(value.shape) != len(out.shape) or any(
@@ -426,6 +430,12 @@ def _out_call(ctx, func, args, kwargs):
         raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output "
                            f"type {out.dtype}")
     return write(ctx, out, value)
+
+
+def _needing_grad(x):
+    """x with empty CPU tensors for proxies, requiring grad where they do."""
+    return pytree.tree_map(lambda v: tracing._stand_in(v, "cpu").requires_grad_(v.requires_grad)
+                           if isinstance(v, TensorProxy) else v, x)
 
 
 def batch_norm_functional(input, running_mean, running_var, weight, bias, momentum, eps):
@@ -485,6 +495,7 @@ def write_backs(ctx, inputs) -> dict:
     """Records `copy_into` for each input whose value the traced code changed (at the end of the
     computation); id(input) -> the copy's output, which is the input itself at run time."""
     changed = [proxy for proxy in inputs if current(ctx, proxy) is not proxy]
+    ctx.mutations.written_inputs = changed
     _read_copies(ctx, [proxy for proxy in changed
                        if proxy.requires_grad or current(ctx, proxy).requires_grad])
     return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
@@ -509,6 +520,22 @@ def _read_copies(ctx, inputs) -> None:
         for key, (holder, value) in list(ctx.mutations.values.items()):
             if value is proxy:
                 ctx.mutations.values[key] = (holder, read)
+
+
+def refuse_shared_written_inputs(ctx, values: dict) -> None:
+    """Refuses a call where a written input shares memory with another input (`f(x, x)`, two
+    views of one tensor): the trace treats them as separate values, so the other would not see
+    the write."""
+    tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
+    for proxy in ctx.mutations.written_inputs:
+        storage = tensors[id(proxy)].untyped_storage().data_ptr()
+        if storage == 0:        # no memory (an empty tensor): nothing to share
+            continue
+        for key, other in tensors.items():
+            if key != id(proxy) and other.untyped_storage().data_ptr() == storage:
+                raise NotImplementedError(
+                    f"ir.jit: {proxy.name} is written in place and shares memory with another "
+                    "input of the call; ir.jit traces them as separate tensors: pass one of them")
 
 
 def final_outputs(ctx, outputs, written: dict):

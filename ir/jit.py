@@ -458,6 +458,7 @@ class JitFunction:
         values = {}
         for (name, proxy), a in zip(inputs, args):
             _pair_values(proxy, a, values)
+        functionalize.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
         backward, backward_host = {}, []
