@@ -490,12 +490,12 @@ class JitFunction:
         input copied into (`ir.functionalize.write_backs`), each rebound module slot an extra
         output. Without rebound slots: (outputs, None); else ((outputs, (written inputs, values
         of the slots)), the slots), which `module_state.rebinding` unpacks at every call."""
-        values = [functionalize.current(ctx, ctx.captured(value)) for _, value in rebound]
+        values = [ctx.captured(value) for _, value in rebound]
         tensors = [v for v in iter_vars([value for _, value in inputs] +
                                         [proxy for proxy, _, _ in ctx.captures])
                    if isinstance(v, TensorProxy)]
         written = functionalize.write_backs(ctx, tensors)
-        outputs = functionalize.final_outputs(ctx, outputs, written)
+        outputs, values = functionalize.final_outputs(ctx, (outputs, tuple(values)), written)
         if not rebound:
             if not written:
                 return outputs, None

@@ -110,6 +110,15 @@ def test_a_rebound_buffer_is_the_new_tensor_after_each_call():
     assert ir.cache_stats(jitted).misses == 1
 
 
+def test_a_buffer_changed_by_augmented_assignment_stays_the_same_tensor():
+    module = StepCounter(False)
+    steps = module.steps
+    jitted = ir.jit(module, executors=["torch"])
+    for _ in range(3):
+        jitted(torch.ones(2))
+    assert module.steps is steps and steps.item() == 3
+
+
 def test_batchnorm_training_steps_match_eager():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
