@@ -350,8 +350,18 @@ def in_place_method(ctx, name: str, target, args, kwargs):
         tracing.eager_checks(method, (target, *args), kwargs)
         check_memory_overlap(ctx, method, target, args, kwargs)
     rtarget, rargs, rkwargs = resolve(ctx, (target, args, kwargs))
-    write(ctx, target, _functional_value(ctx, name, rtarget, rargs, rkwargs))
+    value = _functional_value(ctx, name, rtarget, rargs, rkwargs)
+    if (name not in _STORES and isinstance(value, TensorProxy)
+            and not torch.can_cast(value.dtype, target.dtype)):     # meta does not check it
+        method(*tracing._stand_in((target, *args), "cpu"),
+               **{k: tracing._stand_in(v, "cpu") for k, v in kwargs.items()})
+        raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output "
+                           f"type {target.dtype}")
+    write(ctx, target, value)
     return target
+
+
+_STORES = frozenset({"copy_", "zero_", "fill_"})    # store any dtype, converted as eager's copy
 
 
 def _functional_value(ctx, name, target, args, kwargs):
