@@ -473,6 +473,7 @@ def _batch_norm(ctx, args, kwargs):
     out, new_mean, new_var = _record(
         batch_norm_functional, (x, mean, var, weight, bias, momentum, eps),
         [(x.shape, x.dtype), ((channel,), mean.dtype), ((channel,), var.dtype)])
+    new_mean.requires_grad = new_var.requires_grad = False     # running statistics: no grad
     write(ctx, a["running_mean"], new_mean)
     write(ctx, a["running_var"], new_var)
     return out
