@@ -40,7 +40,7 @@ IN_PLACE_DUNDERS = {f"__i{op}__": f"__{op}__" for op in (
 # in-place methods that change a tensor's metadata (shape, strides, storage), not its values
 _REFUSED = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_",
                       "t_", "transpose_", "swapdims_", "swapaxes_", "detach_", "share_memory_",
-                      "requires_grad_", "unsafe_split_", "rename_", "refine_names_"})
+                      "rename_", "refine_names_"})
 # ops whose result may be a view of their first argument (eager decides, see `note_views`)
 VIEW_OPS = frozenset({
     "__getitem__", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
@@ -49,7 +49,7 @@ VIEW_OPS = frozenset({
     "select", "split", "split_with_sizes", "chunk", "tensor_split", "hsplit", "vsplit", "dsplit",
     "unbind", "diagonal", "unfold", "as_strided", "detach", "alias", "contiguous", "to",
     "type_as", "float", "half", "double", "bfloat16", "int", "long", "bool", "atleast_1d",
-    "atleast_2d", "atleast_3d", "ravel", "squeeze_copy"})
+    "atleast_2d", "atleast_3d", "ravel"})
 # reading these of a tensor freezes its value into the trace
 _DATA_READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__", "item",
                          "tolist", "numpy", "__array__", "__format__"})
@@ -267,6 +267,7 @@ def _name(func) -> str:
 
 
 def is_in_place_name(name: str) -> bool:
+    """Whether a method or function of this name writes into its first argument."""
     return name in IN_PLACE_DUNDERS or name == "__setitem__" or (
         name.endswith("_") and not name.startswith("_") and name not in ("requires_grad_",))
 

@@ -1,7 +1,8 @@
 """The tracer: records equations while a user function runs on proxies.
 
 One `TraceContext` is active per thread during tracing (a ContextVar that proxies reach through
-`ir.proxies.active_trace`). Torch calls on proxies arrive here and are
+`ir.proxies.active_trace`). Torch calls on proxies arrive here (in-place forms through
+`ir.functionalize`, which traces them as their functional ops) and are
 dispatched to the decompositions of `ir.torch_ops`; anything without one becomes an opaque symbol
 whose outputs' metadata come from running it on `meta` tensors.
 """
