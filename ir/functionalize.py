@@ -405,11 +405,24 @@ def _setitem(ctx, target, index, value):
         check_memory_overlap(ctx, torch.Tensor.__setitem__, target, (index, value), {})
     if _basic(index):
         view = call_method(ctx, "__getitem__", target, (index,))
-        write(ctx, view, current(ctx, value) if isinstance(value, TensorProxy) else value)
+        if not _rewrites_itself(ctx, view, value):
+            write(ctx, view, current(ctx, value) if isinstance(value, TensorProxy) else value)
         return None
     rtarget, rindex, rvalue = resolve(ctx, (target, index, value))
     write(ctx, target, tracing.opaque(setitem_on_a_copy, (rtarget, rindex, rvalue), {}))
     return None
+
+
+def _rewrites_itself(ctx, view, value) -> bool:
+    """Whether `target[index] = value` stores a view into the very memory it was read from,
+    after a write to it (`x[:, :2] += y` ends with `x[:, :2] = <that view>`): nothing changes."""
+    if not isinstance(value, TensorProxy) or view is value:
+        return view is value
+    root = _root(ctx, view)
+    if _root(ctx, value) is not root or not ctx.mutations.versions.get(id(root)):
+        return False
+    a, b = _layout(ctx, view), _layout(ctx, value)
+    return (a.shape, a.stride(), a.storage_offset()) == (b.shape, b.stride(), b.storage_offset())
 
 
 def setitem_on_a_copy(tensor, index, value):
