@@ -521,10 +521,16 @@ def write_backs(ctx, inputs) -> dict:
     computation); id(input) -> the copy's output, which is the input itself at run time."""
     changed = [proxy for proxy in inputs if current(ctx, proxy) is not proxy]
     ctx.mutations.written_inputs = changed
-    _read_copies(ctx, [proxy for proxy in changed
-                       if proxy.requires_grad or current(ctx, proxy).requires_grad])
+    _read_copies(ctx, [proxy for proxy in changed if _saved_for_backward(ctx, proxy)])
     return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
                                [(proxy.shape, proxy.dtype)])[0] for proxy in changed}
+
+
+def _saved_for_backward(ctx, proxy) -> bool:
+    """Whether autograd may save the input for backward: an op that reads it computes a value
+    that requires grad."""
+    return any(any(isinstance(o, TensorProxy) and o.requires_grad for o in eqn.outs)
+               and any(v is proxy for v in eqn.input_vars()) for eqn in ctx.eqns)
 
 
 def _read_copies(ctx, inputs) -> None:
