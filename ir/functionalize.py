@@ -61,6 +61,7 @@ class View:
     fn: Callable            # root value -> this view's value (the view ops, replayed)
     meta: torch.Tensor      # a meta tensor laid out as eager lays the view out
     synced: int             # the root's version its value was last derived at
+    sibling: bool = False   # one of several views one op returned (split, chunk, unbind)
 
 
 @dataclasses.dataclass
@@ -81,6 +82,8 @@ def current(ctx, proxy):
     if view is not None:
         version = m.versions.get(id(view.base), 0)
         if version != view.synced:
+            if view.sibling and torch.is_grad_enabled() and current(ctx, view.base).requires_grad:
+                _sibling_view_error(modify_base=True)
             m.values[id(proxy)] = (proxy, ctx.run(view.fn, current(ctx, view.base)))
             view.synced = version
     entry = m.values.get(id(proxy))
@@ -101,6 +104,9 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
     view = m.views.get(id(target))
     root = view.base if view is not None else target
     _check_writable(ctx, root, view)
+    if (view is not None and view.sibling and torch.is_grad_enabled()
+            and current(ctx, target).requires_grad):
+        _sibling_view_error(modify_base=False)
     value = ctx.run(_fit, ctx, target, value)
     if view is None:
         m.values[id(root)] = (root, value)
@@ -136,6 +142,18 @@ def _check_writable(ctx, root, view) -> None:
     if id(root) in ctx.mutations.leaves and torch.is_grad_enabled():
         leaf = torch.zeros(2, requires_grad=True)
         (leaf if view is None else leaf[:1]).add_(1)     # raises eager's own error
+
+
+def _sibling_view_error(modify_base: bool) -> None:
+    """Raises eager's error for a write into one of several views an op returned (`split`), or a
+    use of one after its base was written, where they require grad."""
+    base = torch.zeros(2, requires_grad=True).clone()
+    view = base.split(1)[0]
+    if modify_base:
+        base.add_(1)
+        view.add(1)
+    else:
+        view.add_(1)
 
 
 def _root(ctx, proxy):
@@ -233,9 +251,10 @@ def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
     for i, (out, meta) in enumerate(zip(outs, metas)):
         if (isinstance(out, TensorProxy) and out is not self and isinstance(meta, torch.Tensor)
                 and _storage_root(meta) is storage):
-            m.views[id(out)] = View(root, _derivation(parent, replay, i, len(outs) > 1
-                                                      or isinstance(result, (tuple, list))),
-                                    meta, m.versions.get(id(root), 0))
+            sequence = isinstance(result, (tuple, list))
+            m.views[id(out)] = View(root, _derivation(parent, replay, i, sequence), meta,
+                                    m.versions.get(id(root), 0),
+                                    sibling=sequence or (parent is not None and parent.sibling))
 
 
 def _storage_root(meta):

@@ -103,6 +103,9 @@ def test_random_in_place_programs_match_eager(source, where, dtypes, grads, as_l
     eager_leaves = leaves_for(values, dtypes, grads)
     jit_leaves = leaves_for(values, dtypes, grads)
     expected, eager_args, eager_versions = call(fn, eager_leaves, as_leaf)
+    if not isinstance(expected, type):      # eager refuses to use some views only when used
+        expected = next((e for e in map(outcome, [torch.clone] * len(expected), expected)
+                         if isinstance(e, type)), expected)
     actual, jit_args, jit_versions = call(jit(fn, executor, mode), jit_leaves, as_leaf)
     if isinstance(expected, type):
         assert actual is expected, f"eager raised {expected.__name__}, ir.jit gave {actual}"
