@@ -538,7 +538,7 @@ def copy_into(destination, value):
 def write_backs(ctx, inputs) -> dict:
     """Records `copy_into` for each input whose value the traced code changed (at the end of the
     computation); id(input) -> the copy's output, which is the input itself at run time."""
-    changed = [proxy for proxy in inputs if current(ctx, proxy) is not proxy]
+    changed = [proxy for proxy in inputs if ctx.mutations.versions.get(id(proxy))]
     ctx.mutations.written_inputs = changed
     _read_copies(ctx, [proxy for proxy in changed if _saved_for_backward(ctx, proxy)])
     return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
