@@ -406,9 +406,7 @@ def _on_a_copy(name: str):
     def fn(tensor, *args, **kwargs):
         return getattr(tensor.clone(), name)(*args, **kwargs)
     fn.__name__ = f"{name[:-1]}_on_a_copy"
-    from ir.shape_rules import SHAPE_RULES
-    SHAPE_RULES[fn] = lambda tensor, *args, **kwargs: [tensor.shape]
-    return fn
+    return _same_shape_rule(fn)
 
 
 def _basic(index) -> bool:
@@ -448,6 +446,16 @@ def setitem_on_a_copy(tensor, index, value):
     out = tensor.clone()
     out[index] = value
     return out
+
+
+def _same_shape_rule(fn):
+    """Registers fn's shape rule: its output has its first argument's shape."""
+    from ir.shape_rules import SHAPE_RULES
+    SHAPE_RULES[fn] = lambda tensor, *args, **kwargs: [tensor.shape]
+    return fn
+
+
+_same_shape_rule(setitem_on_a_copy)
 
 
 def _out_call(ctx, func, args, kwargs):
