@@ -15,9 +15,7 @@ in-place op itself runs on empty tensors first (a dtype it cannot cast to, a sha
 broadcast to), a write into an overlapping layout (an expanded view) or into a leaf that requires
 grad raises eager's own exception.
 
-At the end (`write_backs`), each written input (argument, captured tensor, parameter, buffer) gets
-its final value copied into its storage by `copy_into`, an op of the computation trace, so the
-input ends as eager leaves it: its values, its version counter bumped, its views seeing them.
+At the end, each written input gets its final value copied into its storage (`ir.write_back`).
 """
 from __future__ import annotations
 
@@ -206,11 +204,11 @@ def _scatter(root_value, view_fn, values):
     numel = root_value.numel()
     positions = torch_ops.reshape(torch_ops.arange(numel, device=root_value.device),
                                   root_value.shape)
-    return _record(put_positions, (root_value, view_fn(positions), values),
+    return record_helper(put_positions, (root_value, view_fn(positions), values),
                    [(root_value.shape, root_value.dtype)])[0]
 
 
-def _record(fn, args, shapes_dtypes):
+def record_helper(fn, args, shapes_dtypes):
     """One opaque equation fn(*args) run by torch, with outputs of the given shapes and dtypes
     (the tracer's own functional helpers, whose shapes it knows)."""
     flat = pytree.tree_flatten(args)[0]
@@ -511,7 +509,7 @@ def _batch_norm(ctx, args, kwargs):
                                                a["weight"], a["bias"]))
     momentum, eps = tracing.specialize(a["momentum"]), tracing.specialize(a["eps"])
     channel = x.shape[1]
-    out, new_mean, new_var = _record(
+    out, new_mean, new_var = record_helper(
         batch_norm_functional, (x, mean, var, weight, bias, momentum, eps),
         [(x.shape, x.dtype), ((channel,), mean.dtype), ((channel,), var.dtype)])
     new_mean.requires_grad = new_var.requires_grad = False     # running statistics: no grad
@@ -533,75 +531,3 @@ def check_data_read(ctx, func, args) -> None:
                 f"({_name(func)}) after changing it in place; that value depends on the data of "
                 "each call, which a trace cannot hold (e.g. nn.BatchNorm with momentum=None): "
                 "run this module eagerly")
-
-
-# ---- the end of the computation ---------------------------------------------------------
-
-def copy_into(destination, value):
-    """Writes a written input's final value into its storage, as eager's in-place ops left it;
-    returns the input itself."""
-    return destination.copy_(value)
-
-
-def write_backs(ctx, inputs) -> dict:
-    """Records `copy_into` for each input whose value the traced code changed (at the end of the
-    computation); id(input) -> the copy's output, which is the input itself at run time."""
-    changed = [proxy for proxy in inputs if ctx.mutations.versions.get(id(proxy))]
-    ctx.mutations.written_inputs = changed
-    _read_copies(ctx, [proxy for proxy in changed if _saved_for_backward(ctx, proxy)])
-    return {id(proxy): _record(copy_into, (proxy, current(ctx, proxy)),
-                               [(proxy.shape, proxy.dtype)])[0] for proxy in changed}
-
-
-def _saved_for_backward(ctx, proxy) -> bool:
-    """Whether autograd may save the input for backward: an op that reads it computes a value
-    that requires grad."""
-    return any(any(isinstance(o, TensorProxy) and o.requires_grad for o in eqn.outs)
-               and any(v is proxy for v in eqn.input_vars()) for eqn in ctx.eqns)
-
-
-def _read_copies(ctx, inputs) -> None:
-    """Makes the computation read a copy of each of these inputs, taken first: autograd (and a
-    differentiable fusion group) then saves the copy for backward, not the input that
-    `copy_into` overwrites at the end."""
-    from ir.trace import Eqn, map_vars
-    for proxy in inputs:
-        read = tracing.new_tensor(proxy.shape, proxy.dtype, proxy.device, True)
-        copy = Eqn(prims.opaque, (proxy,), {"fn": torch.clone, "fn_name": "torch.clone",
-                                            "kwargs": {}, "sequence": False}, (read,))
-        eqns = [e if e.prim.kind == "host" else e.replace(
-            args=map_vars(lambda v: read if v is proxy else v, e.args)) for e in ctx.eqns]
-        shape_query = [i for i, e in enumerate(eqns) if e.prim is prims.shape
-                       and e.args[0] is proxy]
-        at = shape_query[0] + 1 if shape_query else 0
-        ctx.eqns[:] = eqns[:at] + [copy] + eqns[at:]
-        for key, (holder, value) in list(ctx.mutations.values.items()):
-            if value is proxy:
-                ctx.mutations.values[key] = (holder, read)
-
-
-def refuse_shared_written_inputs(ctx, values: dict) -> None:
-    """Refuses a call where a written input shares memory with another input (`f(x, x)`, two
-    views of one tensor): the trace treats them as separate values, so the other would not see
-    the write."""
-    tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
-    for proxy in ctx.mutations.written_inputs:
-        storage = tensors[id(proxy)].untyped_storage().data_ptr()
-        if storage == 0:        # no memory (an empty tensor): nothing to share
-            continue
-        for key, other in tensors.items():
-            if key != id(proxy) and other.untyped_storage().data_ptr() == storage:
-                raise NotImplementedError(
-                    f"ir.jit: {proxy.name} is written in place and shares memory with another "
-                    "input of the call; ir.jit traces them as separate tensors: pass one of them")
-
-
-def final_outputs(ctx, outputs, written: dict):
-    """The traced outputs, each the current value of what the code returned: a written input
-    itself (as eager returns the same tensor) where the code returns it."""
-    def final(v):
-        if not isinstance(v, TensorProxy):
-            return v
-        return written[id(v)] if id(v) in written else current(ctx, v)
-    from ir.trace import map_vars
-    return map_vars(final, outputs)

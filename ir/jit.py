@@ -19,8 +19,8 @@ import weakref
 
 import torch
 
-from ir import (autodiff, diagnostics, functionalize, module_state, modules, passes, prims,
-                recompiles)
+from ir import (autodiff, diagnostics, module_state, modules, passes, prims, recompiles,
+                write_back)
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
@@ -458,7 +458,7 @@ class JitFunction:
         values = {}
         for (name, proxy), a in zip(inputs, args):
             _pair_values(proxy, a, values)
-        functionalize.refuse_shared_written_inputs(ctx, values)
+        write_back.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
         backward, backward_host = {}, []
@@ -487,15 +487,15 @@ class JitFunction:
     @staticmethod
     def state_outputs(ctx, inputs, outputs, rebound):
         """The trace's outputs once the state the traced code changed is written: each written
-        input copied into (`ir.functionalize.write_backs`), each rebound module slot an extra
+        input copied into (`ir.write_back.write_backs`), each rebound module slot an extra
         output. Without rebound slots: (outputs, None); else ((outputs, (written inputs, values
         of the slots)), the slots), which `module_state.rebinding` unpacks at every call."""
         values = [ctx.captured(value) for _, value in rebound]
         tensors = [v for v in iter_vars([value for _, value in inputs] +
                                         [proxy for proxy, _, _ in ctx.captures])
                    if isinstance(v, TensorProxy)]
-        written = functionalize.write_backs(ctx, tensors)
-        outputs, values = functionalize.final_outputs(ctx, (outputs, tuple(values)), written)
+        written = write_back.write_backs(ctx, tensors)
+        outputs, values = write_back.final_outputs(ctx, (outputs, tuple(values)), written)
         if not rebound:
             if not written:
                 return outputs, None
