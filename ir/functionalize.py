@@ -106,6 +106,9 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
             and current(ctx, target).requires_grad):
         _sibling_view_error(modify_base=False)
     value = ctx.run(_fit, ctx, target, value)
+    if id(root) in ctx.input_layouts and any(v.base is root for v in m.views.values()):
+        from ir.torch_ops import layout_meta
+        ctx.run(layout_meta, root)      # guards it: which ops made views depends on its layout
     if view is None:
         m.values[id(root)] = (root, value)
     else:
@@ -160,10 +163,17 @@ def _root(ctx, proxy):
 
 
 def _layout(ctx, proxy) -> torch.Tensor:
-    """A meta tensor laid out as eager lays out the tensor the traced code holds."""
-    from ir.torch_ops import layout_meta
+    """A meta tensor laid out as eager lays out the tensor the traced code holds (an input as it
+    is in this call, unguarded: `write` guards it where a write through a view relies on it;
+    anything computed contiguous)."""
     view = ctx.mutations.views.get(id(proxy))
-    return view.meta if view is not None else layout_meta(proxy)
+    if view is not None:
+        return view.meta
+    sizes = [hint(s) for s in proxy.shape]
+    if id(proxy) in ctx.input_layouts:
+        strides, _ = ctx.input_layouts[id(proxy)]
+        return torch.empty_strided(sizes, strides, dtype=proxy.dtype, device="meta")
+    return torch.empty(sizes, dtype=proxy.dtype, device="meta")
 
 
 def check_memory_overlap(ctx, fn, target, args, kwargs) -> None:
@@ -235,11 +245,10 @@ def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
     outs = result if isinstance(result, (tuple, list)) else (result,)
     if not any(isinstance(o, TensorProxy) and o is not self for o in outs):
         return
-    from ir.torch_ops import layout_meta
     m = ctx.mutations
     parent = m.views.get(id(self))
     root = parent.base if parent is not None else self
-    self_meta = parent.meta if parent is not None else ctx.run(layout_meta, self)
+    self_meta = ctx.run(_layout, ctx, self)
     try:
         metas = ctx.run(meta_run, self_meta)
     except Exception:       # noqa: BLE001  (the op ran on proxies; its meta run is only a probe)
