@@ -167,3 +167,16 @@ def test_in_place_ops_eager_refuses_raise_its_error_type():
         x = torch.zeros(3, dtype=torch.int32)
         assert outcome(jit(f, "torch", "constant values"), x) is outcome(f, x.clone())
         assert torch.equal(x, torch.zeros(3, dtype=torch.int32))
+
+
+def test_whether_a_reshape_sees_a_later_write_follows_the_inputs_layout():
+    def f(x):
+        flat = x.reshape(-1)    # a view of a contiguous x, a copy of a transposed one
+        x.add_(1)
+        return flat * 1
+
+    jitted = jit(f, "torch", "constant values")
+    for x in (torch.zeros(2, 3), torch.zeros(3, 2).t(), torch.zeros(2, 3)):
+        expected_x = x.clone() if x.is_contiguous() else x.t().clone().t()
+        torch.testing.assert_close(jitted(x), f(expected_x))
+        torch.testing.assert_close(x, expected_x)
