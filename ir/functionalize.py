@@ -430,11 +430,23 @@ def _setitem(ctx, target, index, value):
     if _basic(index):
         view = call_method(ctx, "__getitem__", target, (index,))
         if not _rewrites_itself(ctx, view, value):
-            write(ctx, view, current(ctx, value) if isinstance(value, TensorProxy) else value)
+            write(ctx, view, _leading_ones_dropped(ctx, value, len(view.shape)))
         return None
     rtarget, rindex, rvalue = resolve(ctx, (target, index, value))
     write(ctx, target, tracing.opaque(setitem_on_a_copy, (rtarget, rindex, rvalue), {}))
     return None
+
+
+def _leading_ones_dropped(ctx, value, ndim):
+    """The current value of a setitem's value, without the leading size-1 dims beyond the
+    target's rank (eager's setitem drops them: `y[0] = x[1:2]`)."""
+    if not isinstance(value, TensorProxy):
+        return value
+    value = current(ctx, value)
+    drop = 0
+    while len(value.shape) - drop > ndim and value.shape[drop] == 1:
+        drop += 1
+    return tracing.call_torch(torch.reshape, (value, value.shape[drop:]), {}) if drop else value
 
 
 def _rewrites_itself(ctx, view, value) -> bool:
