@@ -248,12 +248,19 @@ for _name in prims.COMPARE:
 
 @register(torch.add, torch.Tensor.add, methods=("add",))
 def add(input, other, *, alpha=1):
-    return elementwise("add", torch.add, input, other if alpha == 1 else mul(other, alpha))
+    return elementwise("add", torch.add, input, _scaled(other, alpha))
 
 
 @register(torch.sub, torch.Tensor.sub, methods=("sub",))
 def sub(input, other, *, alpha=1):
-    return elementwise("sub", torch.sub, input, other if alpha == 1 else mul(other, alpha))
+    return elementwise("sub", torch.sub, input, _scaled(other, alpha))
+
+
+def _scaled(other, alpha):
+    """`alpha * other` of add and sub (a number times a number is the host's)."""
+    if alpha == 1:
+        return other
+    return mul(other, alpha) if isinstance(other, TensorProxy) else other * alpha
 
 
 def mul(input, other):
