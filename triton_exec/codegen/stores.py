@@ -47,13 +47,14 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
                             else extent.divisor)
         width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
                          start.gcd)
-        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
-        w.itemsizes.append(out.dtype.itemsize)
         ptr = w.output_pointer(k)
         offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent), store_cols),
                                pairs is not None)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}" + (f", mask={mask}" if mask else "")
                       + f")  # {out.name}, {width} per access")
+        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
+                                 line=stores[-1]))
+        w.itemsizes.append(out.dtype.itemsize)
     return stores
 
