@@ -386,11 +386,19 @@ for _m, _dt in _DTYPE_METHODS.items():
 _FORMATS = (None, torch.preserve_format, torch.contiguous_format)
 
 
-def copy(x, memory_format=torch.preserve_format, may_alias=False):
-    """New memory holding x (eager's clone, cat of one tensor, zero pad, ...); with may_alias,
-    eager's `.contiguous()`: the input itself where it is contiguous already."""
+def copy(x, memory_format=torch.preserve_format):
+    """New memory holding x (eager's clone, cat of one tensor, zero pad, ...)."""
     fmt = "contiguous" if memory_format is torch.contiguous_format else "preserve"
-    return bind(prims.copy, x, memory_format=fmt, may_alias=may_alias)
+    return bind(prims.copy, x, memory_format=fmt)
+
+
+def contiguous_copy(x):
+    """Eager's `.contiguous()`: x itself where its layout is contiguous already (an input's,
+    guarded, or the one the views that made x give it: `layout_meta`; a computed value is
+    contiguous), else a copy into new memory."""
+    if layout_meta(x).is_contiguous():
+        return x
+    return copy(x, torch.contiguous_format)
 
 
 @register(torch.Tensor.to, methods=("to",))
@@ -415,7 +423,7 @@ def to(x, *args, **kwargs):
     else:
         result = x
     if memory_format is torch.contiguous_format:
-        return copy(result, memory_format, may_alias=True)
+        return contiguous_copy(result)
     return result
 
 
@@ -428,7 +436,7 @@ def type_as(input, other):
 def contiguous(x, memory_format=torch.contiguous_format):
     if memory_format not in _FORMATS[1:]:
         return opaque(torch.Tensor.contiguous, (x,), {"memory_format": memory_format})
-    return copy(x, torch.contiguous_format, may_alias=True)
+    return contiguous_copy(x)
 
 
 @register(torch.clone, torch.Tensor.clone, methods=("clone",))
@@ -552,7 +560,26 @@ def reshape(input, *sizes, shape=None):
     if _numel(shape) != numel:
         raise RuntimeError(f"shape {tuple(map(hint, shape))} is invalid for input of size "
                            f"{hint(numel)}")
+    if _reshape_copies(input, shape):     # eager's reshape: a contiguous copy, viewed
+        input = copy(input, torch.contiguous_format)
     return bind(prims.reshape, input, shape)
+
+
+_VIEW_PRIMS = ("slice", "reshape", "permute", "broadcast_in_dim")
+
+
+def _reshape_copies(x, shape) -> bool:
+    """Whether eager's reshape of x to `shape` copies: x a view (a slice, permute, ...) whose
+    layout (`layout_meta`, the input's guarded) cannot view as `shape`. A trace input's own
+    reshape and a computed value's stay one reshape prim."""
+    made = next((e for e in reversed(current().eqns) if any(o is x for o in e.outs)), None)
+    if made is None or made.prim.name not in _VIEW_PRIMS:
+        return False
+    try:
+        layout_meta(x).view([hint(s) for s in shape])
+    except RuntimeError:
+        return True
+    return False
 
 
 @register(torch.Tensor.reshape_as, methods=("reshape_as",))
