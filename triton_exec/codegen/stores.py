@@ -20,8 +20,6 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
     """The outputs' values at columns `cols` (under `in_domain`) and their store lines; under
     pair tiling, each output's two elements per lane interleaved and stored on the full tile."""
     points = [tile.outer + [cols]] if tile.pairs is None else tile.points
-    if tile.pairs is None:     # pair tiling: the widths are read from the index (`Pairs.gcd`)
-        start = start.through(group.domain[-1])
     mask = w.mask_name(in_domain) if in_domain.atoms else None
     pairs, store_cols, extent = tile.pairs, cols, tile.cols_extent
     if pairs is not None:
