@@ -507,14 +507,16 @@ def view(x, *shape, size=None):
     return reshape(x, *shape)
 
 
-def layout_meta(x) -> torch.Tensor:
-    """A meta tensor with the strides eager gives x: an input's own (guarded: contiguity, and the
-    strides of a non-contiguous input), views of it derived through the view prims that made x,
-    contiguous for anything computed."""
+def layout_meta(x, guard: bool = True) -> torch.Tensor:
+    """A meta tensor with the strides eager gives x: an input's own (guarded unless not `guard`:
+    contiguity, and the strides of a non-contiguous input), views of it derived through the view
+    prims that made x, contiguous for anything computed."""
     ctx = current()
     sizes = [hint(s) for s in x.shape]
     if id(x) in ctx.input_layouts:
         strides, is_contiguous = ctx.input_layouts[id(x)]
+        if not guard:
+            return torch.empty_strided(sizes, strides, dtype=x.dtype, device="meta")
         ctx.add_guard(("contiguous", x, is_contiguous))
         if not is_contiguous:
             for d, stride in enumerate(strides):
@@ -523,7 +525,7 @@ def layout_meta(x) -> torch.Tensor:
     eqn = next((e for e in reversed(ctx.eqns) if any(o is x for o in e.outs)), None)
     if eqn is None or eqn.prim.name not in ("slice", "reshape", "permute", "broadcast_in_dim"):
         return torch.empty(sizes, dtype=x.dtype, device="meta")
-    base = layout_meta(eqn.args[0])
+    base = layout_meta(eqn.args[0], guard)
     if eqn.prim is prims.slice_:
         _, starts, stops, steps = eqn.args
         return base[tuple(slice(hint(a), hint(b), c) for a, b, c in zip(starts, stops, steps))]
@@ -565,19 +567,16 @@ def reshape(input, *sizes, shape=None):
     return bind(prims.reshape, input, shape)
 
 
-_VIEW_PRIMS = ("slice", "reshape", "permute", "broadcast_in_dim")
-
-
 def _reshape_copies(x, shape) -> bool:
-    """Whether eager's reshape of x to `shape` copies: x a view (a slice, permute, ...) whose
-    layout (`layout_meta`, the input's guarded) cannot view as `shape`. A trace input's own
-    reshape and a computed value's stay one reshape prim."""
-    made = next((e for e in reversed(current().eqns) if any(o is x for o in e.outs)), None)
-    if made is None or made.prim.name not in _VIEW_PRIMS:
-        return False
+    """Whether eager's reshape of x to `shape` copies: x's layout (an input's, or a view's of
+    it: `layout_meta`) cannot view as `shape`; the layout is then guarded. Where it can, the
+    reshape prim serves every layout unguarded (torch's reshape where it runs alone, index
+    math in a kernel)."""
+    sizes = [hint(s) for s in shape]
     try:
-        layout_meta(x).view([hint(s) for s in shape])
+        layout_meta(x, guard=False).view(sizes)
     except RuntimeError:
+        layout_meta(x)
         return True
     return False
 

@@ -149,3 +149,19 @@ def test_views_stay_free_and_alias_as_in_eager():
         assert triton_exec.last_kernels(jfn) == []
         assert result.data_ptr() == expected.data_ptr() and result.stride() == expected.stride()
         assert (result is x) == (expected is x)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reshape_of_a_transposed_input_is_a_copy_kernel(mode):
+    """Eager's reshape of an input whose layout cannot view copies: one kernel, new memory; the
+    entry is guarded on that layout, so a contiguous input gets eager's view, no kernel."""
+    fn = lambda x: x.reshape(-1)        # noqa: E731
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
+    x = torch.randn(8, 4).t()
+    result = jfn(x)
+    assert torch.equal(result, fn(x)) and storage(result) != storage(x)
+    (record,) = triton_exec.last_kernels(jfn)
+    contiguous = torch.randn(4, 8)
+    result = jfn(contiguous)
+    assert torch.equal(result, fn(contiguous)) and result.data_ptr() == contiguous.data_ptr()
+    assert triton_exec.last_kernels(jfn) == []
