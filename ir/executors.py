@@ -145,8 +145,6 @@ def _elementwise_src(eqn):
 
 def _copy_src(eqn):
     x = eqn.args[0].name
-    if eqn.params["may_alias"]:
-        return f"{x}.contiguous()"
     if eqn.params["memory_format"] == "contiguous":
         return f"{x}.clone(memory_format=torch.contiguous_format)"
     return f"{x}.clone()"

@@ -22,7 +22,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
-                module_calls, modules, passes, prims, recompiles, transforms)
+                module_calls, module_state, modules, passes, prims, recompiles, transforms,
+                write_back)
 from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
@@ -140,6 +141,8 @@ def _input_proxy(name: str, value, ctx: TraceContext):
         proxy = TensorProxy(name, (), value.dtype, value.device,
                             value.requires_grad, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
+        if value.requires_grad and value.is_leaf:   # eager refuses to write into it in grad mode
+            ctx.mutations.leaves.add(id(proxy))
         if not ctx.symbolic:
             proxy.shape = tuple(value.shape)
             return proxy
@@ -499,13 +502,16 @@ class JitFunction:
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
         try:
-            with module_calls.intercepting(self.module) as calls, tracing(ctx):
+            with module_calls.intercepting(self.module) as calls, tracing(ctx), \
+                    module_state.watched(self.module) as rebound:
                 names = list(map(ctx.parameter_name, self.param_names))
                 inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
                                                for name, a in zip(names, args)))
                 outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
                                         for (_, value), a in zip(inputs, args)])
                 outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
+                outputs, rebindings = ctx.run(self.state_outputs, ctx, inputs, outputs,
+                                              rebound())
         finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
             final_grad_mode = torch.is_grad_enabled()
             torch.set_grad_enabled(grad_mode)
@@ -530,6 +536,7 @@ class JitFunction:
         values = {}
         for (name, proxy), a in zip(inputs, args):
             _pair_values(proxy, a, values)
+        write_back.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
         backward, backward_host = {}, []
@@ -551,6 +558,8 @@ class JitFunction:
         computation = compile_trace(traces[-1])
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)
+        if rebindings is not None:
+            computation = module_state.rebinding(computation, rebindings)
         if structure is not None:
             computation = containers.rebuilding(computation, structure)
         if arguments is not None:
@@ -559,6 +568,24 @@ class JitFunction:
         cctx.extra["module_attributes"] = calls.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward, arguments=arguments, host=tuple(host))
+
+    @staticmethod
+    def state_outputs(ctx, inputs, outputs, rebound):
+        """The trace's outputs once the state the traced code changed is written: each written
+        input copied into (`ir.write_back.write_backs`), each rebound module slot an extra
+        output. Without rebound slots: (outputs, None); else ((outputs, (written inputs, values
+        of the slots)), the slots), which `module_state.rebinding` unpacks at every call."""
+        values = [ctx.captured(value) for _, value in rebound]
+        tensors = [v for v in iter_vars([value for _, value in inputs] +
+                                        [proxy for proxy, _, _ in ctx.captures])
+                   if isinstance(v, TensorProxy)]
+        written = write_back.write_backs(ctx, tensors)
+        outputs, values = write_back.final_outputs(ctx, (outputs, tuple(values)), written)
+        if not rebound:
+            if not written:
+                return outputs, None
+            return (outputs, (tuple(written.values()), ())), []
+        return (outputs, (tuple(written.values()), tuple(values))), [slot for slot, _ in rebound]
 
     def lower(self, trace: Trace, cctx: CompileContext, differentiate=None) -> list[Trace]:
         """The traces of the passes and executors from a constructed trace (first) to the one

@@ -240,10 +240,10 @@ def _traced_apart(module, args, kwargs):
     DTensor of a sharded module by its global shape)."""
     from ir.jit import _input_proxy
     sub = TraceContext(symbolic=False)
-    grad_mode = torch.is_grad_enabled()
-    sub.make_input = lambda name, tensor: _input_proxy(name, tensor, sub, grad_mode)
+    sub.make_input = lambda name, tensor: _input_proxy(name, tensor, sub)
     sub.captured = lambda x: pytree.tree_map(
-        lambda v: sub.capture(v) if isinstance(v, torch.Tensor) else v, x)
+        lambda v: sub.capture(v) if isinstance(v, torch.Tensor)
+        and not isinstance(v, TensorProxy) else v, x)
 
     def stand_in(x):
         if isinstance(x, TensorProxy):

@@ -119,9 +119,9 @@ def _arange_meta(start, end, step, *, dtype, device):
 
 arange = define("arange", "tensor", _arange_meta)
 full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
-# A copy into new memory (clone, cat of one tensor, zero pad, ...); `may_alias`: eager may
-# return the input itself (`.contiguous()` of a contiguous tensor).
-copy = define("copy", "elementwise", lambda t, *, memory_format, may_alias: _same(t))
+# A copy into new memory (clone, cat of one tensor, zero pad, `.contiguous()` or a reshape of a
+# view whose layout is not contiguous / cannot view: decided and guarded while tracing).
+copy = define("copy", "elementwise", lambda t, *, memory_format: _same(t))
 reshape = define("reshape", "tensor", lambda t, shape: _same(t, shape=shape))
 # A reduction (the gradient of a broadcast sums over the broadcast dims); torch runs it.
 sum_ = define("sum", "tensor", lambda t, *, dims: _same(

@@ -294,14 +294,6 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 TensorProxy.__hash__ = Var.__hash__
 
 
-def _in_place(name):
-    def method(self, *args):
-        raise NotImplementedError(f"in-place tensor operation {name} is not supported by ir.jit "
-                                  "(eager would mutate the tensor; write x = x + y instead)")
-    method.__name__ = name
-    return method
-
-
 def _reads_data(operation):
     def method(self, *args, **kwargs):
         active_trace().reads_data(operation, self)
@@ -317,9 +309,12 @@ for _name, _operation in (("__bool__", "bool()"), ("__float__", "float()"), ("__
     setattr(TensorProxy, _name, _reads_data(_operation))
 
 
+# In-place operators: traced as their functional op, written into the tensor (`ir.functionalize`);
+# they return the same proxy, which stands for the new value from then on.
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
-              "__ipow__", "__iand__", "__ior__", "__ixor__", "__setitem__"):
-    setattr(TensorProxy, _name, _in_place(_name))
+              "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+              "__imatmul__", "__setitem__"):
+    setattr(TensorProxy, _name, _dunder(_name))
 
 
 def _dtype_abbrev():

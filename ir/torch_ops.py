@@ -248,12 +248,19 @@ for _name in prims.COMPARE:
 
 @register(torch.add, torch.Tensor.add, methods=("add",))
 def add(input, other, *, alpha=1):
-    return elementwise("add", torch.add, input, other if alpha == 1 else mul(other, alpha))
+    return elementwise("add", torch.add, input, _scaled(other, alpha))
 
 
 @register(torch.sub, torch.Tensor.sub, methods=("sub",))
 def sub(input, other, *, alpha=1):
-    return elementwise("sub", torch.sub, input, other if alpha == 1 else mul(other, alpha))
+    return elementwise("sub", torch.sub, input, _scaled(other, alpha))
+
+
+def _scaled(other, alpha):
+    """`alpha * other` of add and sub (a number times a number is the host's)."""
+    if alpha == 1:
+        return other
+    return mul(other, alpha) if isinstance(other, TensorProxy) else other * alpha
 
 
 def mul(input, other):
@@ -384,11 +391,19 @@ for _m, _dt in _DTYPE_METHODS.items():
 _FORMATS = (None, torch.preserve_format, torch.contiguous_format)
 
 
-def copy(x, memory_format=torch.preserve_format, may_alias=False):
-    """New memory holding x (eager's clone, cat of one tensor, zero pad, ...); with may_alias,
-    eager's `.contiguous()`: the input itself where it is contiguous already."""
+def copy(x, memory_format=torch.preserve_format):
+    """New memory holding x (eager's clone, cat of one tensor, zero pad, ...)."""
     fmt = "contiguous" if memory_format is torch.contiguous_format else "preserve"
-    return bind(prims.copy, x, memory_format=fmt, may_alias=may_alias)
+    return bind(prims.copy, x, memory_format=fmt)
+
+
+def contiguous_copy(x):
+    """Eager's `.contiguous()`: x itself where its layout is contiguous already (an input's,
+    guarded, or the one the views that made x give it: `layout_meta`; a computed value is
+    contiguous), else a copy into new memory."""
+    if layout_meta(x).is_contiguous():
+        return x
+    return copy(x, torch.contiguous_format)
 
 
 @register(torch.Tensor.to, methods=("to",))
@@ -413,7 +428,7 @@ def to(x, *args, **kwargs):
     else:
         result = x
     if memory_format is torch.contiguous_format:
-        return copy(result, memory_format, may_alias=True)
+        return contiguous_copy(result)
     return result
 
 
@@ -426,7 +441,7 @@ def type_as(input, other):
 def contiguous(x, memory_format=torch.contiguous_format):
     if memory_format not in _FORMATS[1:]:
         return opaque(torch.Tensor.contiguous, (x,), {"memory_format": memory_format})
-    return copy(x, torch.contiguous_format, may_alias=True)
+    return contiguous_copy(x)
 
 
 @register(torch.clone, torch.Tensor.clone, methods=("clone",))
@@ -527,14 +542,16 @@ def view(x, *shape, size=None):
     return reshape(x, *shape)
 
 
-def layout_meta(x) -> torch.Tensor:
-    """A meta tensor with the strides eager gives x: an input's own (guarded: contiguity, and the
-    strides of a non-contiguous input), views of it derived through the view prims that made x,
-    contiguous for anything computed."""
+def layout_meta(x, guard: bool = True) -> torch.Tensor:
+    """A meta tensor with the strides eager gives x: an input's own (guarded unless not `guard`:
+    contiguity, and the strides of a non-contiguous input), views of it derived through the view
+    prims that made x, contiguous for anything computed."""
     ctx = current()
     sizes = [hint(s) for s in x.shape]
     if id(x) in ctx.input_layouts:
         strides, is_contiguous = ctx.input_layouts[id(x)]
+        if not guard:
+            return torch.empty_strided(sizes, strides, dtype=x.dtype, device="meta")
         ctx.add_guard(("contiguous", x, is_contiguous))
         if not is_contiguous:
             for d, stride in enumerate(strides):
@@ -543,7 +560,7 @@ def layout_meta(x) -> torch.Tensor:
     eqn = next((e for e in reversed(ctx.eqns) if any(o is x for o in e.outs)), None)
     if eqn is None or eqn.prim.name not in ("slice", "reshape", "permute", "broadcast_in_dim"):
         return torch.empty(sizes, dtype=x.dtype, device="meta")
-    base = layout_meta(eqn.args[0])
+    base = layout_meta(eqn.args[0], guard)
     if eqn.prim is prims.slice_:
         _, starts, stops, steps = eqn.args
         return base[tuple(slice(hint(a), hint(b), c) for a, b, c in zip(starts, stops, steps))]
@@ -580,7 +597,23 @@ def reshape(input, *sizes, shape=None):
     if _numel(shape) != numel:
         raise RuntimeError(f"shape {tuple(map(hint, shape))} is invalid for input of size "
                            f"{hint(numel)}")
+    if _reshape_copies(input, shape):     # eager's reshape: a contiguous copy, viewed
+        input = copy(input, torch.contiguous_format)
     return bind(prims.reshape, input, shape)
+
+
+def _reshape_copies(x, shape) -> bool:
+    """Whether eager's reshape of x to `shape` copies: x's layout (an input's, or a view's of
+    it: `layout_meta`) cannot view as `shape`; the layout is then guarded. Where it can, the
+    reshape prim serves every layout unguarded (torch's reshape where it runs alone, index
+    math in a kernel)."""
+    sizes = [hint(s) for s in shape]
+    try:
+        layout_meta(x, guard=False).view(sizes)
+    except RuntimeError:
+        layout_meta(x)
+        return True
+    return False
 
 
 @register(torch.Tensor.reshape_as, methods=("reshape_as",))

@@ -1,7 +1,8 @@
 """The tracer: records equations while a user function runs on proxies.
 
 One `TraceContext` is active per thread during tracing (a ContextVar that proxies reach through
-`ir.proxies.active_trace`). Torch calls on proxies arrive here and are
+`ir.proxies.active_trace`). Torch calls on proxies arrive here (in-place forms through
+`ir.functionalize`, which traces them as their functional ops) and are
 dispatched to the decompositions of `ir.torch_ops`; anything without one becomes an opaque symbol
 whose outputs' metadata come from running it on `meta` tensors.
 """
@@ -15,7 +16,6 @@ import logging
 import os
 import re
 import sys
-import inspect
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -67,6 +67,8 @@ class TraceContext:
     capture_sources: dict = dataclasses.field(default_factory=dict)  # id(tensor) -> source name
     make_input: object = None           # (name, tensor) -> the proxy of an input (set by the jit)
     grad_ops: bool = False              # whether an op was traced in grad mode (ir.grad_regions)
+    # the values that in-place ops wrote, and the views that see them (`ir.functionalize`)
+    mutations: object = dataclasses.field(default_factory=lambda: _functionalize().Mutations())
 
     def add_guard(self, guard) -> None:
         self.guards.setdefault(guard_key(guard), guard)
@@ -136,14 +138,29 @@ class TraceContext:
     def compare(self, op: str, a, b) -> bool:
         return self.run(compare, op, a, b)
 
+    # Torch calls of the traced code, made on the current values of the tensors it holds (in-place
+    # forms traced functionally, see `ir.functionalize`).
     def call_torch(self, func, args, kwargs):
         args, kwargs = self.run(self.captured, (args, kwargs))
         args, kwargs = self.autocast(getattr(func, "__name__", ""), args, kwargs)
-        return self.run(call_torch, func, args, kwargs)
+        return self.run(_functionalize().call_torch, self, func, args, kwargs)
 
     def call_method(self, name: str, tensor, args):
         (tensor, *args), _ = self.autocast(name, (tensor, *self.run(self.captured, args)), {})
-        return self.run(call_method, name, tensor, tuple(args))
+        return self.run(_functionalize().call_method, self, name, tensor, tuple(args))
+
+    def tensor_method(self, tensor, name: str):
+        attribute = self.run(_functionalize().tensor_method, self, tensor, name)
+        if not callable(attribute):
+            return attribute
+
+        def method(*args, **kwargs):
+            (self_, *args), kwargs = self.autocast(name, (tensor, *self.run(self.captured, args)),
+                                                   self.run(self.captured, kwargs))
+            bound = attribute if self_ is tensor else self.run(
+                _functionalize().tensor_method, self, self_, name)
+            return bound(*args, **kwargs)
+        return method
 
     def reads_data(self, operation: str, tensor) -> None:
         """Raises DataDependentError for Python code reading a traced tensor's data, naming the
@@ -151,33 +168,33 @@ class TraceContext:
         raise DataDependentError(
             f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
             f"{tensor.name} reads its data, which is known only when the computation runs "
-            "(data-dependent Python control flow cannot be traced). Use torch.compile(fn, backend=\"triton_exec\"), which runs "
-            "such code eagerly between compiled graphs, or compute both branches with "
-            "torch.where.")
+            "(data-dependent Python control flow cannot be traced). Use torch.compile(fn, "
+            "backend=\"triton_exec\"), which runs such code eagerly between compiled graphs, or "
+            "compute both branches with torch.where.")
 
     def tensor_attribute(self, tensor, name: str, args, kwargs):
         """`tensor.name(*args, **kwargs)`, or the property `tensor.name` (no arguments)."""
         attribute = self.tensor_method(tensor, name)
         return attribute(*args, **kwargs) if callable(attribute) else attribute
 
-    def tensor_method(self, tensor, name: str):
-        attribute = self.run(tensor_method, tensor, name)
-        if not callable(attribute):
-            return attribute
-
-        def method(*args, **kwargs):
-            (self_, *args), kwargs = self.autocast(name, (tensor, *self.run(self.captured, args)),
-                                                   self.run(self.captured, kwargs))
-            bound = attribute if self_ is tensor else self.run(tensor_method, self_, name)
-            return self.run(bound, *args, **kwargs)
-        return method
-
     def autocast(self, name: str, args, kwargs):
-        """The user's call's arguments as eager's autocast casts them (`ir.autocast`); calls
-        made by tracer code are the user's op's own parts, which eager does not cast again."""
-        if self.depth:
+        """The user's call's arguments as eager's autocast casts them (`ir.autocast`), on the
+        tensors' current values (`ir.functionalize`); calls made by tracer code are the user's
+        op's own parts, which eager does not cast again. Unchanged (the same objects) where
+        nothing is cast."""
+        if self.depth or not torch._C._is_any_autocast_enabled():
             return args, kwargs
-        return self.run(autocast.cast_arguments, name, args, kwargs)
+        functionalize = _functionalize()
+        if functionalize.is_in_place_name(name):
+            return args, kwargs
+        resolved = self.run(functionalize.resolve, self, (args, kwargs))
+        cast = self.run(autocast.cast_arguments, name, *resolved)
+        return (args, kwargs) if cast[0] is resolved[0] and cast[1] is resolved[1] else cast
+
+
+def _functionalize():
+    from ir import functionalize
+    return functionalize
 
 
 _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -185,8 +202,10 @@ _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 class _TracingMode(TorchFunctionMode):
     """Catches the torch calls of traced code that no proxy dispatches: factories
-    (`torch.ones(8, device=x.device)`, `torch.arange(n)`) and modeled ops on captured tensors,
-    which become implicit inputs. Calls made by tracer code itself pass through."""
+    (`torch.ones(8, device=x.device)`, `torch.arange(n)`), modeled ops and in-place ops on
+    captured tensors, which become implicit inputs (an in-place op never runs at tracing), and
+    reads of the data of a captured tensor the code wrote (refused). Calls made by tracer code
+    itself pass through."""
 
     def __init__(self, ctx):
         super().__init__()
@@ -197,9 +216,12 @@ class _TracingMode(TorchFunctionMode):
         if self.ctx.depth == 0:
             from ir.shape_rules import SHAPE_RULES
             from ir.torch_ops import FACTORIES, HANDLERS
-            if func in FACTORIES or ((func in HANDLERS or func in SHAPE_RULES) and any(
+            functionalize = _functionalize()
+            if func in FACTORIES or ((func in HANDLERS or func in SHAPE_RULES
+                                      or functionalize.is_in_place(func, args, kwargs)) and any(
                     type(v) in _REAL_TENSORS for v in pytree.tree_flatten((args, kwargs))[0])):
                 return self.ctx.call_torch(func, args, kwargs)
+            functionalize.check_data_read(self.ctx, func, args)
         return func(*args, **kwargs)
 
 
@@ -479,31 +501,6 @@ def specialize(x):
 
 # ---- dispatch -----------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _inplace_parameter(func):
-    """The position of func's `inplace` parameter (F.relu, F.dropout, ...), or None."""
-    try:
-        names = list(inspect.signature(func).parameters)
-    except (TypeError, ValueError):
-        return None
-    return names.index("inplace") if "inplace" in names else None
-
-
-def refuse_in_place(func, args, kwargs) -> None:
-    """In-place variants are refused, never traced as their out-of-place op (which would leave the
-    tensor eager mutates unchanged): `inplace=True` (by keyword or position), `out=`, and the
-    trailing-underscore functions and methods (see `opaque`)."""
-    name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
-    if kwargs.get("out") is not None:
-        raise NotImplementedError(f"ir.jit: {name}(..., out=...) writes into its out tensor in "
-                                  "place, which ir.jit does not support; use the returned value")
-    at = _inplace_parameter(func)
-    inplace = kwargs.get("inplace", args[at] if at is not None and at < len(args) else False)
-    if inplace is True:
-        raise NotImplementedError(f"ir.jit: {name}(..., inplace=True) mutates its input, which "
-                                  "ir.jit does not support; pass inplace=False and use the result")
-
-
 _NOT_CHECKED = frozenset({"to", "size", "type_as", "float", "half", "bfloat16", "double", "int",
                           "long", "bool", "view"})
 
@@ -555,7 +552,6 @@ def call_torch(func, args, kwargs):
     if func in _READ_DATA:
         current().reads_data(_READ_DATA[func], next(
             x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)))
-    refuse_in_place(func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
         if handler is None:
@@ -577,7 +573,6 @@ def call_method(name: str, self, args):
 def _method_call(name, handler, self, *args, **kwargs):
     with current().op(f"Tensor.{name}"):
         method = getattr(torch.Tensor, name, None)
-        refuse_in_place(method, (self, *args), kwargs)
         eager_checks(method, (self, *args), kwargs)
         return handler(self, *args, **kwargs)
 
@@ -639,7 +634,6 @@ def opaque(fn, args, kwargs):
     flat, spec = pytree.tree_flatten((args, kwargs))
     devices = [x.device for x in flat if isinstance(x, TensorProxy)]
     devices += [torch.device(x) for x in flat if isinstance(x, torch.device)]
-    refuse_in_place(fn, args, kwargs)
     meta_args, meta_kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
     try:
         result = fn(*meta_args, **meta_kwargs)

@@ -105,7 +105,6 @@ class Step:
     operands: list[Value]
     mag: float
     keeps_exact: bool = True
-    in_place: str | None = None   # the in-place op the step calls (the jit refuses it)
 
 
 @dataclass
@@ -117,7 +116,6 @@ class Program:
     fn: Callable
     inputs: list  # the tensors, then the int arguments
     rounding: torch.dtype | tuple[torch.dtype, ...]
-    in_place: str | None = None  # an in-place op it calls: ir.jit refuses the program naming it
 
     def describe(self) -> str:
         lines = [self.source.rstrip(), "# inputs:"]
@@ -677,7 +675,7 @@ def build_copy(draw, pool):
     return Step(template.format(x=x.name), [x], x.mag)
 
 
-# name the jit's error names -> template; the jit refuses these (ir.jit has no in-place ops)
+# in-place calls on a copy (ir.jit traces them functionally)
 IN_PLACE_TEMPLATES = {
     "relu": "F.relu({x}.clone(), inplace=True)", "add_": "{x}.clone().add_(1)",
     "mul_": "{x}.clone().mul_(2)", "relu_": "torch.relu_({x}.clone())",
@@ -685,12 +683,12 @@ IN_PLACE_TEMPLATES = {
 
 
 def build_in_place(draw, pool):
-    """An in-place call on a copy (eager runs it; the jit refuses it naming the op)."""
+    """An in-place call on a copy, whose result is the copy."""
     x = choose(draw, pool, lambda v: v.kind == "float")
     if x is None:
         return None
     name = draw(st.sampled_from(sorted(IN_PLACE_TEMPLATES)))
-    return Step(IN_PLACE_TEMPLATES[name].format(x=x.name), [x], 2 * x.mag + 1, in_place=name)
+    return Step(IN_PLACE_TEMPLATES[name].format(x=x.name), [x], 2 * x.mag + 1)
 
 
 OPS: dict[str, Callable] = {
@@ -818,9 +816,9 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     of OPS. With int_args, some slice bounds and pad widths become Python int arguments, passed
     after the tensors (for symbolic-values caching). main_dtypes: the dtype most inputs get is
     one of these, the others one of input_dtypes (also what casts target). The "in_place" op
-    only where op_names asks for it: a program with one is refused by ir.jit. base_shapes: the
-    strategy of the first input's shape (default `shapes()`). With regions, steps run inside
-    autocast and grad-mode blocks (`REGIONS`) and matmuls join the ops (see `region_stacks`)."""
+    only where op_names asks for it. base_shapes: the strategy of the first input's shape
+    (default `shapes()`). With regions, steps run inside autocast and grad-mode blocks
+    (`REGIONS`) and matmuls join the ops (see `region_stacks`)."""
     builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
     builders += list(REGION_OPS.values()) * REGION_OP_WEIGHT if regions else []
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
@@ -835,7 +833,7 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     inputs = [v.tensor for v in pool]
     env = dict(SOURCE_GLOBALS, **{v.name: v.tensor for v in pool})
 
-    lines, in_place = [], None
+    lines = []
     stacks, stack = [], ()      # the regions open at each line
     n_ops = draw(st.integers(min_ops, max_ops))
     for _ in range(50 * n_ops):
@@ -869,7 +867,6 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
         pool.append(Value(name, tensor, step.mag, exact, loosest(roundings)))
         lines.append(f"{name} = {step.expr}")
         stacks.append(stack := line_stack)
-        in_place = in_place or step.in_place
 
     results = [pool[-1]]
     if draw(st.booleans()):
@@ -881,7 +878,7 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     source = "\n".join([f"def program({args}):", *body, f"    return {returned}"]) + "\n"
     rounding = tuple(v.rounding for v in results)
     return Program(source, compile_source(source), inputs,
-                   rounding[0] if len(results) == 1 else rounding, in_place)
+                   rounding[0] if len(results) == 1 else rounding)
 
 
 # ---------------------------------------------------------------------------------------------

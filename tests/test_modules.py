@@ -4,6 +4,7 @@ the traces read at every call, the JitModule is the module (its names, state_dic
 
 import copy
 import logging
+import re
 
 import ir
 import pytest
@@ -67,7 +68,9 @@ def test_jit_of_a_module_is_the_module_with_its_forward_jitted():
     inputs = [name for name, _ in ir.last_traces(jm)[-1].inputs]
     assert inputs == ["x", "scale", "fc_weight", "fc_bias", "norm_weight", "norm_shift",
                       "head_weight"]
-    assert triton_exec.last_kernels(jm) and "Net_fusion_0" in str(ir.last_traces(jm)[-1])
+    # kernels are named after the class (Net, or Net_<n> where another test jitted a Net first)
+    assert triton_exec.last_kernels(jm)
+    assert re.search(r"\bNet(_\d+)?_fusion_0\b", str(ir.last_traces(jm)[-1]))
     assert repr(jm).startswith("ir.jit(Net(")
 
 

@@ -217,8 +217,6 @@ def test_a_submodule_that_cannot_be_traced_runs_as_an_opaque_call(caplog):
         ir.jit(DataDependent())(x)
 
 
-@pytest.mark.xfail(reason="needs the functionalized in-place ops of the inplace branch: on this "
-                          "branch num_batches_tracked.add_ runs at tracing", strict=False)
 def test_batchnorm_with_a_cumulative_average_matches_eager_over_many_calls():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4, momentum=None))

@@ -8,9 +8,19 @@ linearly, for which the analysis says 1, and which Triton may still prove wider:
 tile's rows (a transposed read), or, on Triton 3.9 but not 3.6, through `cols % n` with n of
 known divisibility (a symbolic reshape merging inner dims).
 
+Each compiled access is attributed to the access that emitted it by its own source line (the
+LLVM IR's debug locations), whatever code motion the writer does: loop kernels, whose loads of
+inputs broadcast along the loop's dim are hoisted above `tl.static_range`, are checked over the
+generated broadcast programs of `test_broadcast_loop` (they shifted the pairs when widths were
+paired with the accesses in lowering order), column chunks by the RoPE, pair tiling by
+`test_interleaved_rope`. There a load may also be wider than the analysis says, never narrower:
+a slice whose shift a cat's piece undoes (`cat((x[..., :2] * b, x[..., 2:] + b))` reads x at the
+output's columns) is taken as narrowed by each boundary it passes.
+
 The soak: WIDTH_EXAMPLES=500 HYPOTHESIS_PROFILE=explore bash tests/run.sh tests/test_record_widths.py
 """
 import os
+from unittest import mock
 
 import torch
 from hypothesis import event, given, note, settings
@@ -18,7 +28,9 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
-from programs import assert_matches_eager, programs
+from programs import assert_close, assert_matches_eager, programs
+from test_broadcast_loop import OPS as BROADCAST_OPS, broadcast_programs
+from triton_exec import launch
 
 EXAMPLES = int(os.environ.get("WIDTH_EXAMPLES", "15"))
 OPS = ("split_merge", "reshape", "pad", "cat", "index", "stack", "layout", "arith", "expand")
@@ -32,15 +44,19 @@ def wide_shapes(draw):
     return tuple(draw(st.integers(1, 4)) for _ in range(rank - 1)) + (inner,)
 
 
-def check_widths(record) -> list[str]:
+def check_widths(record, shifts_undone: bool = False) -> list[str]:
     """What each access's width came to (for `event`); raises where the analysis and the
-    compiled kernel disagree other than by a load vectorized along the rows."""
+    compiled kernel disagree other than by a load vectorized along the rows (or, with
+    `shifts_undone`, a load wider than the analysis says: see the module's docstring)."""
     analysis, compiled = record.analysis_width, record.vector_width
     seen = []
     for access in record.lowered.accesses:
         want, got = analysis[access.label], compiled[access.label]
         if got == want:
             seen.append(f"{access.kind} width {want}: as the analysis says")
+            continue
+        if shifts_undone and access.kind == "load" and got > want and got % want == 0:
+            seen.append("a load whose slice shift a cat undoes, wider than the analysis says")
             continue
         widened = access.kind == "load" and want == 1 and not access.along_cols and got > 1
         assert widened, (f"{access.label}: the analysis says {want}, the kernel does {got}"
@@ -107,3 +123,43 @@ def test_a_transposed_load_is_vectorized_along_the_rows():
     assert record.vector_width[load.label] > 1
     assert check_widths(record) == ["a load not walking the columns linearly, widened by Triton",
                                     "store width 4: as the analysis says"]
+
+
+@settings(max_examples=max(EXAMPLES // 3, 4))
+@given(case=broadcast_programs(), block=st.sampled_from([2, 3, 4]),
+       mode=st.sampled_from(["constant values", "symbolic values"]))
+def test_loop_kernels_report_each_access_its_own_width(case, block, mode):
+    """Loads hoisted above the loop and those inside it: each keeps its own compiled width."""
+    op, x, b, dim = case
+    note(f"{op}: x {tuple(x.shape)} {x.dtype} stride {x.stride()}, b {tuple(b.shape)}, dim {dim}")
+    fn = BROADCAST_OPS[op](dim)
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
+    with mock.patch.object(launch, "LOOP_BLOCK", block):
+        assert_close(jfn(x, b), fn(x, b))
+    for record in triton_exec.last_kernels(jfn):
+        event("loop kernel" if record.lowered.loop is not None else "no loop")
+        for seen in check_widths(record, shifts_undone=op == "rotate"):
+            event(seen)
+
+
+def _readme_rope(x, cos, sin, n: int):
+    xr = x[..., :n]
+    x1, x2 = xr[..., : n // 2], xr[..., n // 2:]
+    roped = xr * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return torch.cat((roped.to(x.dtype), x[..., n:]), dim=-1)
+
+
+def test_the_readme_rope_reports_its_hoisted_loads_by_identity():
+    """The README's RoPE: cos and sin are loaded above the loop over the batch, the x slices in
+    it; the 4-wide halves of the rotation are reported 4 wide (the compiled widths paired in
+    lowering order reported `load 2 x (slice)` as 8 and sin as 4)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 16, 32, generator=g).bfloat16()
+    cos, sin = torch.randn(2, 16, 8, generator=g).bfloat16().unbind(0)
+    jfn = ir.jit(_readme_rope, executors=["triton"])
+    assert torch.equal(jfn(x, cos, sin, 8), _readme_rope(x, cos, sin, 8))
+    (record,) = triton_exec.last_kernels(jfn)
+    before, _, inside = record.source.partition("for j in tl.static_range(LOOP):")
+    assert "tl.load(cos_ptr" in before and "tl.load(x_ptr" in inside
+    assert record.vector_width == record.analysis_width
+    assert sorted(record.vector_width.values()) == [4, 4] + [8] * 8

@@ -32,7 +32,8 @@ def widths(counts: dict) -> set:
 CASES = [  # (name, function, inputs, load widths in bytes, store widths in bytes)
     ("pad (4,4)", lambda x: F.pad(x, (4, 4)), [torch.randn(64)], {16}, {16}),
     ("pad (2,2)", lambda x: F.pad(x, (2, 2)), [torch.randn(64)], {8}, {16}),
-    ("pad (0,2)", lambda x: F.pad(x, (0, 2)), [torch.randn(64)], {8}, {8}),
+    # the stores of a 66-wide output are 8 bytes; the loads of the aligned 64 are not narrowed
+    ("pad (0,2)", lambda x: F.pad(x, (0, 2)), [torch.randn(64)], {16}, {8}),
     ("slice [4:-4] + y", lambda x, y: x[4:-4] + y, [torch.randn(72), torch.randn(64)], {16},
      {16}),
     ("three slices", lambda x: x[4:] + x[2:-2] + x[:-4], [torch.randn(128)], {16, 8}, {16}),
@@ -135,3 +136,25 @@ def test_compiled_bf16_casts_round_to_nearest_even():
     _, record, _ = run(lambda x: x.bfloat16() * 2, torch.randn(64))
     casts = set(re.findall(r"cvt\.[a-z0-9.]+bf16[a-z0-9.]*", record.ptx()))
     assert casts and all(c.startswith("cvt.rn.") for c in casts), casts
+
+
+TF_SAME_PADS = {
+    "pad": lambda x: F.pad(x, (0, 1, 0, 1)),
+    "pad then scale": lambda x: F.pad(x * 2, (0, 1, 0, 1)) + 1,
+    "pad of a strided view": lambda x: F.pad(x[:, :, ::2], (0, 1, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(TF_SAME_PADS))
+def test_tf_same_pad_loads_its_aligned_rows_wide(name, dtype):
+    """TF 'same' padding `F.pad(x, (0, 1, 0, 1))` of 16-wide rows: the output's rows of 17 make
+    the stores narrow, the loads of the input's aligned rows stay 16 bytes (they were as
+    narrow as the stores); the record states both."""
+    fn = TF_SAME_PADS[name]
+    x = torch.randn(2, 3, 16, 16).to(dtype)
+    jfn, record, counts = run(fn, x)
+    assert torch.equal(jfn(x), fn(x))
+    assert set(counts["ld"]) == {16}, record.source
+    assert set(counts["st"]) == {dtype.itemsize}, record.source
+    assert record.vector_width == record.analysis_width

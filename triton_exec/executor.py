@@ -84,21 +84,18 @@ class KernelRecord:
 
     def compiled_vector_width(self, arch: int | None = None) -> dict:
         """Elements per access, per load/store, of the compiled kernel: the widest
-        `ld.global`/`st.global` compiled from the access's source line (offline, for sm_<arch>);
-        0 for an access the compiler left out."""
+        `ld.global`/`st.global` compiled from the access's own source line (offline, for
+        sm_<arch>; the line found by the access's text, wherever the writer moved it); 0 for an
+        access the compiler left out."""
         by_line = offline.access_widths_by_line(self.ptx(arch, "llir"))
         first = launch.KERNEL_HEADER.count("\n") + 1    # the kernel file's line of source line 1
-        lines = {"load": [], "store": []}
-        for n, line in enumerate(self.source.splitlines(), start=first):
-            for kind, call in (("load", "tl.load("), ("store", "tl.store(")):
-                lines[kind] += [n] * line.count(call)
+        numbers = {line.strip(): n for n, line in enumerate(self.source.splitlines(), start=first)
+                   if line.strip()}
         found = {}
-        for kind, op in (("load", "ld"), ("store", "st")):
-            accesses = [a for a in self.lowered.accesses if a.kind == kind]
-            assert len(accesses) == len(lines[kind]), (kind, len(accesses), len(lines[kind]))
-            for a, n in zip(accesses, lines[kind]):
-                widest = max(by_line.get(n, {}).get(op, ()), default=0)
-                found[a.label] = widest // self.lowered.itemsizes[a.number]
+        for a in self.lowered.accesses:
+            op = "ld" if a.kind == "load" else "st"
+            widest = max(by_line.get(numbers.get(a.line), {}).get(op, ()), default=0)
+            found[a.label] = widest // self.lowered.itemsizes[a.number]
         return found
 
 

@@ -6,7 +6,9 @@ but its root's output, and no cycle can form); a view (slice, reshape, permute, 
 several groups joins each of them, as index arithmetic costs less than a round trip to memory,
 and a view of a group's result is left to torch, where it costs nothing. Host equations (shape queries, integer math) never
 join a group and never split one. A group made only of views (slices, reshapes, broadcasts,
-permutes) is left to torch, where those cost nothing.
+permutes) is left to torch, where those cost nothing; a copy (clone, `.contiguous()` of a view
+that is not contiguous, a reshape that cannot view: the tracer decides) is a kernel, alone or
+fused with its producers and consumers.
 """
 from __future__ import annotations
 
@@ -110,14 +112,8 @@ def partition(trace) -> list[list[int]]:
         groups_of[i] = roots
         for root in roots:
             groups[root].append(i)
-    kept = [sorted(g) for g in groups.values() if not all(_free(trace.eqns[i]) for i in g)]
+    kept = [sorted(g) for g in groups.values() if not all(is_view(trace.eqns[i]) for i in g)]
     return merge_siblings(trace, sorted(kept, key=lambda g: g[-1]), consumers)
-
-
-def _free(eqn) -> bool:
-    """Views, and `.contiguous()` (a copy only where its input is not contiguous): a group of
-    these alone is left to torch, which returns the view, or the input itself as eager does."""
-    return is_view(eqn) or (eqn.prim.name == "copy" and eqn.params["may_alias"])
 
 
 def _ancestors(trace) -> list[set]:

@@ -39,7 +39,10 @@ def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) ->
     _outer_indices(tile, w)
     if not chunks:
         w.lines.append("# Values, as functions of the output index")
-        return values_and_stores(group, tile, w, tile.cols, tile.in_domain, Path())
+        # the domain's mask `cols < extent` narrows every access of a whole tile (pair tiling:
+        # the widths are read from the index, `Pairs.gcd`)
+        start = Path() if tile.pairs is not None else Path().through(group.domain[-1])
+        return values_and_stores(group, tile, w, tile.cols, tile.in_domain, start)
     _chunked_values(group, tile, w, chunks, share)
     return []
 
@@ -134,7 +137,10 @@ def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bo
         # bounds hold for the lanes the masks keep: the chunk's own mask is not folded by them
         in_chunk = in_rows & (index.Mask((index.Less(cols, index.Const(chunk.stop)),))
                               if chunk.masked else index.TRUE)
-        start = Path().through(chunk.start, chunk.width)
+        # a chunk's accesses are narrowed by its own bounds, not the domain's extent: the
+        # loads of a chunk of aligned input rows stay wide where the output's rows (of 17) make
+        # the stores narrow (their width is the output's, `values_and_stores`)
+        start = Path().through(chunk.start, chunk.width, *((chunk.stop,) if chunk.masked else ()))
         body.extend(values_and_stores(group, tile, w, cols, in_chunk, start))
 
 

@@ -219,13 +219,15 @@ def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_stri
             w.guards.append(("aligned", t, vectorize.ACCESS_BYTES))
         _guard_narrowing(w, t, example, width, width_at, dims)
     leaf = w.pairs.full_cols if full else w.cols
-    w.accesses.append(Access("load", t.name, what, width, len(w.accesses),
-                             index.coefficient(offset, leaf) == 1))
+    access = Access("load", t.name, what, width, len(w.accesses),
+                    index.coefficient(offset, leaf) == 1)
+    w.accesses.append(access)
     w.itemsizes.append(example.element_size())
     offset = w.tile_shaped(offset, full)
     value = w.let("v", f"tl.load({ptr} + {w.render.expr(offset, top=True)}, "
                        f"mask={w.mask_name(mask, full=full)}, other=0)",
                   f"{t.name}: {what}, {width} per access")
+    access.line = w.lines[-1]
     if t.dtype in COMPUTE_DTYPE:
         value = held_tile(w, value, t.dtype)
     w.loaded[key] = value

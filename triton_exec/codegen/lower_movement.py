@@ -34,10 +34,12 @@ def _pad(w, eqn, idx, mask, path):
             new.append(i)
             continue
         lo_i, size_i = w.size(lo, inner=d == inner), w.size(t.shape[d], inner=d == inner)
-        valid = valid & index.at_least(i, lo_i) & index.less(i, index.add(lo_i, size_i))
+        upper = index.less(i, index.add(lo_i, size_i))
+        valid = valid & index.at_least(i, lo_i) & upper
         new.append(index.add(i, index.mul(lo_i, -1)))
-        if d == inner:
-            path = path.through(lo, hi, t.shape[d])
+        if d == inner:      # the shift by lo; the end of the input where its mask is not
+            # decided by the columns' bounds (a column chunk inside the input: wide loads)
+            path = path.through(lo, hi, t.shape[d]) if upper.atoms else path.through(lo)
     pad_value = eqn.params["value"]
     if valid.false:
         return w.constant_tile(pad_value, eqn.out.dtype)

@@ -22,6 +22,9 @@ class Access:
 
     number: int = 0     # position among the kernel's accesses
     along_cols: bool = True     # its address walks the tile's columns one element at a time
+    line: str = ""      # the kernel line it is (unique: a load binds a fresh name, a store
+                        # writes its own offset): the record finds it in the source by this,
+                        # wherever the lines move (a loop hoists loads above it)
 
     @property
     def label(self) -> str:

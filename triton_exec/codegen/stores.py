@@ -20,8 +20,6 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
     """The outputs' values at columns `cols` (under `in_domain`) and their store lines; under
     pair tiling, each output's two elements per lane interleaved and stored on the full tile."""
     points = [tile.outer + [cols]] if tile.pairs is None else tile.points
-    if tile.pairs is None:     # pair tiling: the widths are read from the index (`Pairs.gcd`)
-        start = start.through(group.domain[-1])
     mask = w.mask_name(in_domain) if in_domain.atoms else None
     pairs, store_cols, extent = tile.pairs, cols, tile.cols_extent
     if pairs is not None:
@@ -47,13 +45,14 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
                             else extent.divisor)
         width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
                          start.gcd)
-        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
-        w.itemsizes.append(out.dtype.itemsize)
         ptr = w.output_pointer(k)
         offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent), store_cols),
                                pairs is not None)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
                       f"{val}" + (f", mask={mask}" if mask else "")
                       + f")  # {out.name}, {width} per access")
+        w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
+                                 line=stores[-1]))
+        w.itemsizes.append(out.dtype.itemsize)
     return stores
 
