@@ -203,6 +203,14 @@ def _pair_values(proxy, value, values: dict) -> None:
         values[id(proxy)] = value
 
 
+def _paired_values(inputs, args) -> dict:
+    """id(Var) -> its runtime value, for the traces' inputs and arguments."""
+    values = {}
+    for (_, proxy), a in zip(inputs, args):
+        _pair_values(proxy, a, values)
+    return values
+
+
 def capture_sources(fn) -> dict:
     """name -> (tensor, reader) for the tensors fn reads from its closure and its globals, and
     for a bound method of a module, its module's parameters and buffers (`ir.modules`);
@@ -533,9 +541,7 @@ class JitFunction:
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
         traces = [traced]
         trace = traced
-        values = {}
-        for (name, proxy), a in zip(inputs, args):
-            _pair_values(proxy, a, values)
+        values = _paired_values(inputs, args)
         write_back.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
@@ -555,6 +561,8 @@ class JitFunction:
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
                                   keyed=len(inputs) - len(captured),
                                   requires_grad=checks_requires_grad)
+        prologue = write_back.guarded_apart(prologue, ctx.mutations.written_inputs,
+                                            lambda args: _paired_values(inputs, args))
         computation = compile_trace(traces[-1])
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)

@@ -8,6 +8,8 @@ reads a copy of it instead, which the final write leaves intact.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ir import prims, tracing
@@ -58,20 +60,45 @@ def _read_copies(ctx, inputs) -> None:
                 ctx.mutations.values[key] = (holder, read)
 
 
+def shared_written_input(values: dict, written) -> TensorProxy | None:
+    """The first written input (of `written`) whose tensor in `values` (id(proxy) -> the call's
+    value) shares memory with another input's, else None."""
+    tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
+    for proxy in written:
+        storage = tensors[id(proxy)].untyped_storage().data_ptr()
+        if storage == 0:        # no memory (an empty tensor): nothing to share
+            continue
+        if any(key != id(proxy) and other.untyped_storage().data_ptr() == storage
+               for key, other in tensors.items()):
+            return proxy
+    return None
+
+
 def refuse_shared_written_inputs(ctx, values: dict) -> None:
     """Refuses a call where a written input shares memory with another input (`f(x, x)`, two
     views of one tensor): the trace treats them as separate values, so the other would not see
     the write."""
-    tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
-    for proxy in ctx.mutations.written_inputs:
-        storage = tensors[id(proxy)].untyped_storage().data_ptr()
-        if storage == 0:        # no memory (an empty tensor): nothing to share
-            continue
-        for key, other in tensors.items():
-            if key != id(proxy) and other.untyped_storage().data_ptr() == storage:
-                raise NotImplementedError(
-                    f"ir.jit: {proxy.name} is written in place and shares memory with another "
-                    "input of the call; ir.jit traces them as separate tensors: pass one of them")
+    proxy = shared_written_input(values, ctx.mutations.written_inputs)
+    if proxy is not None:
+        raise NotImplementedError(
+            f"ir.jit: {proxy.name} is written in place and shares memory with another "
+            "input of the call; ir.jit traces them as separate tensors: pass one of them")
+
+
+def guarded_apart(prologue, written, pair_values):
+    """The prologue, also rejecting a call where a written input shares memory with another
+    input (the entry traced them apart; the miss then refuses the call, as the first did).
+    pair_values(args) -> id(proxy) -> value, for the traces' arguments."""
+    if not written:
+        return prologue
+
+    def apart(args) -> bool:
+        return shared_written_input(pair_values(args), written) is None
+    return dataclasses.replace(
+        prologue, source=f"{prologue.source}\n# and, checked first, that no input written in "
+                         "place shares memory with another (ir.write_back)",
+        fn=lambda *args: apart(args) and prologue.fn(*args),
+        after_key=lambda *args: apart(args) and prologue.after_key(*args))
 
 
 def final_outputs(ctx, outputs, written: dict):

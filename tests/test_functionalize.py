@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import ir
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, note, settings
@@ -180,3 +182,18 @@ def test_whether_a_reshape_sees_a_later_write_follows_the_inputs_layout():
         expected_x = x.clone() if x.is_contiguous() else x.t().clone().t()
         torch.testing.assert_close(jitted(x), f(expected_x))
         torch.testing.assert_close(x, expected_x)
+
+
+@pytest.mark.parametrize("executors", [["triton"], ["torch"]])
+def test_a_cache_hit_with_a_written_input_sharing_memory_is_refused_as_the_first_call(executors):
+    """The entry traced x and y apart: a later call passing one tensor twice (or two views of
+    one storage) must not hit it (y would not see x's write), but miss and be refused."""
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+    jf = ir.jit(f, executors=executors)
+    torch.testing.assert_close(jf(torch.zeros(4), torch.zeros(4)), torch.zeros(4))
+    for x, y in [(t := torch.zeros(4), t), ((u := torch.zeros(8))[:4], u[4:])]:
+        with pytest.raises(NotImplementedError, match="shares memory"):
+            jf(x, y)
+    assert ir.cache_stats(jf).hits == 0
