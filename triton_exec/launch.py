@@ -108,6 +108,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
     widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
     rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
+    if lowered.whole_rows:
+        return _row_config(lowered, rows_hint, cols_hint, tile)
     config = (_chunked_config(lowered, rows_hint, cols_hint, lowered.max_width) if lowered.chunks
               else _whole_config(lowered, rows_hint, cols_hint, tile))
     if lowered.loop is None:
@@ -125,6 +127,18 @@ def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -
         warps //= 2
     if rows * cols < 32 * warps * width:      # a tiny tile: grow it so every thread has a vector
         rows = max(rows, (32 * warps * width) // cols)
+    return LaunchConfig(rows, cols, warps, width)
+
+
+def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
+    """A row plan's: COLS the row's length up to a power of two (the whole row in one block),
+    rows filling about `tile` elements, warps growing with the row."""
+    width = lowered.max_width
+    cols = max(triton.next_power_of_2(max(cols_hint, 1)), width)
+    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
+    warps = 8 if cols >= 8192 else 4
+    while warps > 1 and rows * cols < 32 * warps * width:
+        warps //= 2
     return LaunchConfig(rows, cols, warps, width)
 
 
