@@ -1,6 +1,6 @@
 """The lowering of reductions over the innermost dims (`sum`, `amax`, `amin`): in a row plan
 (`row_plan`: one program per block of whole rows, COLS covering the row) a reduction is a
-`tl.sum`/`tl.max`/`tl.min` of its input's tile along COLS, a [ROWS, 1] tile that broadcasts
+reduction (`tl.reduce`) of its input's tile along COLS, a [ROWS, 1] tile that broadcasts
 against the row. Accumulation is in fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16
 result is rounded once, as eager rounds it. amax/amin propagate NaN as eager does (Triton's
 max/min drop it). Registers the rules on import (`triton_exec.rules`); reductions over outer
@@ -18,9 +18,12 @@ from triton_exec.vectorize import Path
 
 ROW_LIMIT = 16384       # elements of a row that one program reduces at most
 
-# prim -> (Triton reduction, the value masked-off lanes hold)
-REDUCE_SRC = {"sum": ("tl.sum", "0.0"), "amax": ("tl.max", "float('-inf')"),
-              "amin": ("tl.min", "float('inf')")}
+# prim -> (the combine function of `tl.reduce`, the value masked-off lanes hold). The builtin
+# `tl.reduce` with Triton's own combine functions, not `tl.sum`/`tl.max` (@triton.jit library
+# functions: see `triton_exec.codegen`); the interpreter runs these as numpy reductions.
+REDUCE_SRC = {"sum": ("tl.standard._sum_combine", "0.0"),
+              "amax": ("tl.standard._elementwise_max", "float('-inf')"),
+              "amin": ("tl.standard._elementwise_min", "float('inf')")}
 
 
 def row_of(eqn):
@@ -66,11 +69,11 @@ def _reduce(w, eqn, idx, mask, path):
                 row_path)
     in_row = w.mask_name(w.row.in_domain)
     fn, neutral = REDUCE_SRC[name]
-    result = w.let("v", f"{fn}(tl.where({in_row}, {x}, {neutral}), axis=1, keep_dims=True)",
+    result = w.let("v", f"tl.reduce(tl.where({in_row}, {x}, {neutral}), 1, {fn}, keep_dims=True)",
                    f"{name} over the row")
     if name != "sum":           # NaN wins, as in eager
-        nan = w.let("v", f"tl.max(tl.where({in_row} & ({x} != {x}), 1, 0), axis=1, "
-                         f"keep_dims=True) > 0", "the row holds a NaN")
+        nan = w.let("v", f"tl.reduce(tl.where({in_row} & ({x} != {x}), 1, 0), 1, "
+                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 

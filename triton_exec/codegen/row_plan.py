@@ -75,7 +75,7 @@ def _store(w, tile, out: TensorProxy, k: int, reduced, length) -> str:
         out.shape[len(tile.outer):], reduced)
     if full:
         cols = split_columns(tile.cols, reduced)
-        idx, mask, extent = tile.outer + cols, tile.in_domain, length
+        idx, mask, extent = tile.outer + cols, tile.in_domain, tile.cols_extent
         width = vectorize.store_width(out.dtype.itemsize, length, w.vectorize)
         path = Path().through(length) if len(reduced) == 1 else Path().broken()
     else:
