@@ -63,12 +63,13 @@ def sum_(input, dim=None, keepdim=False, *, dtype=None):
 
 @register(torch.mean, torch.Tensor.mean, methods=("mean",))
 def mean(input, dim=None, keepdim=False, *, dtype=None):
-    """The sum divided by the count, as eager's CPU kernel (an fp16/bf16 sum rounded first)."""
+    """The sum divided by the count, in fp32 for fp16/bf16, rounded once (as eager)."""
     if not _modeled(input) or dtype is not None:
         args = (input,) if dim is None else (input, dim, keepdim)
         return opaque(torch.mean, args, {"dtype": dtype})
     dims = _dims(input, dim)
-    return HANDLERS[torch.div](reduce(prims.sum_, input, dims, keepdim), _count(input, dims))
+    total = reduce(prims.sum_, _upcast(input), dims, keepdim)
+    return convert(HANDLERS[torch.div](total, _count(input, dims)), input.dtype)
 
 
 def _extremum(prim, fn):
@@ -133,11 +134,17 @@ def logsumexp(input, dim, keepdim=False):
         prims.reshape, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
 
 
+def _centered(xf, dims, n):
+    """x - mean(x), the mean summed from x / N: finite wherever eager's (Welford's) is, where
+    sum(x) / N would overflow for values near the dtype's largest."""
+    return HANDLERS[torch.sub](xf, reduce(prims.sum_, HANDLERS[torch.div](xf, n), dims, True))
+
+
 def _variance(x, dims, correction, keepdim):
     """sum((x - mean)^2) / max(N - correction, 0), in fp32 for fp16/bf16, rounded once."""
     xf = _upcast(x)
     n = _count(x, dims)
-    centered = HANDLERS[torch.sub](xf, HANDLERS[torch.div](reduce(prims.sum_, xf, dims, True), n))
+    centered = _centered(xf, dims, n)
     squares = reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, keepdim)
     divisor = n - correction
     if not isinstance(divisor, IntProxy) and divisor < 0:
@@ -197,7 +204,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)
     n = _count(input, dims)
-    centered = HANDLERS[torch.sub](xf, HANDLERS[torch.div](reduce(prims.sum_, xf, dims, True), n))
+    centered = _centered(xf, dims, n)
     var = HANDLERS[torch.div](reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, True), n)
     result = HANDLERS[torch.mul](centered, HANDLERS[torch.rsqrt](HANDLERS[torch.add](var, eps)))
     if weight is not None:

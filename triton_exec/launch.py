@@ -181,7 +181,9 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
     def size(s) -> str:
         return name_of(s) if isinstance(s, IntProxy) else str(int(s))
 
-    constant = all(not isinstance(s, IntProxy) for s in lowered.allocated)   # fold sizes now
+    # fold sizes now (a row plan's row length may be a runtime size of a constant output shape)
+    constant = (all(not isinstance(s, IntProxy) for s in lowered.allocated)
+                and not any(index.leaves(e) for e in (lowered.rows, lowered.cols)))
     lines = [f"def {name}({', '.join(local[id(a)] for a in args)}):"]
     by_name = {a.name: a for a in args}
     # Made by torch in the computation: a view of an argument (`x.contiguous()`, a reshape)
