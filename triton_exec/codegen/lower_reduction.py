@@ -4,7 +4,7 @@ reduction (`tl.reduce`) of its input's tile along COLS, a [ROWS, 1] tile that br
 against the row. Accumulation is in fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16
 result is rounded once, as eager rounds it. amax/amin propagate NaN as eager does (Triton's
 max/min drop it). Registers the rules on import (`triton_exec.rules`); reductions over outer
-dims, and rows past `ROW_LIMIT`, are refused (torch runs them). Imports `kernel_types` and
+dims, empty rows and rows past `ROW_LIMIT` are refused (torch runs them). Imports `kernel_types` and
 `narrow_tiles` from this package.
 """
 from __future__ import annotations
@@ -42,6 +42,8 @@ def _refusal(eqn):
     length = 1
     for s in reduced:
         length *= vectorize.hint_of(s)
+    if length == 0:
+        return f"{eqn.prim.name} over empty rows is left to torch"
     if length > ROW_LIMIT:
         return f"{eqn.prim.name} over rows of {length} elements (over {ROW_LIMIT}) is not fused"
     return None
