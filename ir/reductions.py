@@ -57,7 +57,7 @@ def _modeled(x) -> bool:
 def sum_(input, dim=None, keepdim=False, *, dtype=None):
     if not _modeled(input) or dtype is not None:
         return opaque(torch.sum, (input, dim, keepdim) if dim is not None else (input,),
-                      {"dtype": dtype} if dim is not None else {"dtype": dtype})
+                      {"dtype": dtype})
     return reduce(prims.sum_, input, _dims(input, dim), keepdim)
 
 
@@ -160,8 +160,6 @@ def _correction(unbiased, correction):
 
 def _var_like(fn, root: bool):
     def handler(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        if isinstance(unbiased, bool) is False and unbiased is not None:   # var(x, dim, keepdim)
-            return opaque(fn, (input, dim, unbiased, keepdim), {"correction": correction})
         c = _correction(unbiased, correction)
         if not _modeled(input) or input.ndim == 0 or not isinstance(c, int):
             return opaque(fn, (input, dim), {"correction": c, "keepdim": keepdim})
