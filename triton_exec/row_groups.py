@@ -21,7 +21,7 @@ def _fits_root(root_shape, outer, reduced) -> bool:
     if len(root_shape) == n + len(reduced):
         tail = root_shape[n:]
         return same_shape(root_shape[:n], outer) and (
-            same_shape(tail, reduced) or all(not hasattr(s, "hint") and s == 1 for s in tail))
+            same_shape(tail, reduced) or all(isinstance(s, int) and s == 1 for s in tail))
     return len(root_shape) == n and same_shape(root_shape, outer)
 
 
