@@ -37,8 +37,8 @@ def _refusal(eqn):
     if not dims or tuple(dims) != tuple(range(t.ndim - len(dims), t.ndim)):
         return f"{eqn.prim.name} over outer dims {dims} is not fused (torch runs it)"
     reduced = row_of(eqn)[1]
-    if len(reduced) > 1 and any(isinstance(s, IntProxy) for s in reduced):
-        return f"{eqn.prim.name} over several dims of runtime sizes is not fused"
+    if any(isinstance(s, IntProxy) for s in reduced):   # COLS would bound the entry's sizes
+        return f"{eqn.prim.name} over a row of runtime length is not fused (torch runs it)"
     length = 1
     for s in reduced:
         length *= vectorize.hint_of(s)

@@ -1,7 +1,6 @@
 """The row plan: a group holding reductions over the innermost dims (`lower_reduction`) is tiled
 over the reductions' rows, one program per block of ROWS whole rows, COLS covering the row
-(COLS >= the row's length, a power of two the launcher picks; a runtime length is guarded up
-to it). The domain is [outer dims..., row length]: the values of the row's shape are computed
+(COLS >= the row's length, a constant, rounded up to a power of two by the launcher). The domain is [outer dims..., row length]: the values of the row's shape are computed
 at every column, a reduction is a [ROWS, 1] tile the row's values broadcast against, and each
 output is stored either at the row's columns (an output of the row's shape) or once per row
 (an output of the reduced shape, from column 0). Every reduction of the group has the same
@@ -13,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-
-import triton
 
 from ir import IntProxy, TensorProxy
 from ir.proxies import FloatProxy, same_shape
@@ -38,14 +35,12 @@ def reductions(eqns) -> list:
 def lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers a group with reductions: one program per block of whole rows (see the module)."""
     outer, reduced = row_of(reductions(eqns)[0])
-    length = math.prod(reduced) if all(known(s) for s in reduced) else reduced[-1]
+    length = math.prod(reduced)     # constants: a runtime row is left to torch
     group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
     numel = math.prod(vectorize.hint_of(s) for s in outer) * vectorize.hint_of(length)
     group = dataclasses.replace(group, domain=(*outer, length), wide_cols=False,
                                 narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
     w = kernel_writer(group, vectorize_enabled)
-    if isinstance(length, IntProxy):    # COLS, chosen for this call's length, covers the row
-        w.guards.append(("lt", length, triton.next_power_of_2(max(length.hint, 1)) + 1))
     tile = plan_tile(group, w, pairing_allowed=False)
     w.row = tile
     w.rows, w.cols = tile.rows, tile.cols
