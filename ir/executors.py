@@ -165,6 +165,8 @@ TORCH_RENDER = {
     "reshape": lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
     "permute": lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
     "sum": lambda e: f"{e.args[0].name}.sum({render(e.params['dims'])})",
+    "amax": lambda e: f"{e.args[0].name}.amax({render(e.params['dims'])})",
+    "amin": lambda e: f"{e.args[0].name}.amin({render(e.params['dims'])})",
     "silu": lambda e: f"F.silu({e.args[0].name})",
     "gelu": lambda e: f"F.gelu({e.args[0].name}, approximate={render(e.params['approximate'])})",
     "opaque": prims.opaque.render_rhs,

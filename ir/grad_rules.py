@@ -365,3 +365,28 @@ def has_rule(eqn) -> bool:
         return not isinstance(eqn.args[1], TensorProxy)
     return eqn.prim in GRAD_RULES
 
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+def _restored(ct, t, dims):
+    """A reduced cotangent broadcast back over the reduced dims to t's shape."""
+    kept = tuple(d for d in range(t.ndim) if d not in dims)
+    return emit(prims.broadcast_in_dim, ct, tuple(t.shape), dims=kept, like=t)
+
+
+@grad_rule(prims.sum_)
+def _sum(eqn, cts):
+    t = eqn.args[0]
+    return [(t, _restored(cts[0], t, eqn.params["dims"]))]
+
+
+@grad_rule(prims.amax, prims.amin)
+def _extremum(eqn, cts):
+    """As eager's amax/amin backward: the gradient split evenly among the elements equal to the
+    result (`grad / count * mask`)."""
+    t, dims = eqn.args[0], eqn.params["dims"]
+    hits = eq(t, _restored(eqn.out, t, dims))
+    count = emit(prims.sum_, emit(prims.convert_element_type, hits, dtype=t.dtype), dims=dims)
+    share = _restored(div(cts[0], count), t, dims)
+    return [(t, mul(share, emit(prims.convert_element_type, hits, dtype=t.dtype)))]

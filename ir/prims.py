@@ -123,9 +123,16 @@ full = define("full", "tensor", lambda shape, *, value, dtype, device: [(tuple(s
 # view whose layout is not contiguous / cannot view: decided and guarded while tracing).
 copy = define("copy", "elementwise", lambda t, *, memory_format: _same(t))
 reshape = define("reshape", "tensor", lambda t, shape: _same(t, shape=shape))
-# A reduction (the gradient of a broadcast sums over the broadcast dims); torch runs it.
-sum_ = define("sum", "tensor", lambda t, *, dims: _same(
-    t, shape=[s for d, s in enumerate(t.shape) if d not in dims]))
+# Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after): the
+# Triton executor fuses those over the innermost dims, torch runs the others.
+def _reduced_meta(t, *, dims):
+    return _same(t, shape=[s for d, s in enumerate(t.shape) if d not in dims])
+
+
+sum_ = define("sum", "tensor", _reduced_meta)
+amax = define("amax", "tensor", _reduced_meta)
+amin = define("amin", "tensor", _reduced_meta)
+REDUCTIONS = (sum_, amax, amin)
 permute = define("permute", "tensor", lambda t, *, perm: _same(t, shape=[t.shape[p] for p in perm]))
 
 

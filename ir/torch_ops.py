@@ -1006,3 +1006,5 @@ FACTORIES = frozenset({torch.full, torch.zeros, torch.ones, torch.empty, torch.a
 HANDLERS[torch.zeros_like] = _like_factory(0)
 HANDLERS[torch.ones_like] = _like_factory(1)
 HANDLERS[torch.full_like] = _like_factory(None)
+
+from ir import reductions  # noqa: E402,F401  (registers the reductions' decompositions)

@@ -1,6 +1,6 @@
 """The small LitGPT-style GPT of `ir.examples` under `ir.jit(model, executors=["triton"])`:
 trains like eager (forward, losses over AdamW steps, final parameters), with forward and backward
-Triton kernels for its RoPE, norm-adjacent and residual elementwise work and SwiGLU; `eval()`
+Triton kernels for its RoPE, RMSNorms (the mean in the kernel), residual adds and SwiGLU; `eval()`
 under `no_grad` fuses the same groups."""
 
 import copy
@@ -54,22 +54,28 @@ def test_gpt_trains_like_eager_with_fused_forward_and_backward_kernels():
         for name in want:
             torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-6,
                                        msg=lambda m: f"step {step}, {name}.grad: {m}")
+    # the fused norms' reductions sum in another order (README, Numerical contract): a gradient
+    # near zero then differs in its last bits, and an AdamW step moves it by up to lr
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
     assert ir.cache_stats(jm).misses == 1       # one entry served every step
 
     kernels = triton_exec.last_kernels(jm)
     directions = [k.direction for k in kernels]
     assert directions.count("forward") > 0 and directions.count("backward") > 0
     groups = fused_ops(jm)
-    # RoPE of q and k (slices, neg, cat, mul, add), SwiGLU (the silu prim, mul), norm-adjacent
-    # elementwise (rsqrt, the weight), residual adds, per layer
+    # RoPE of q and k (slices, neg, cat, mul, add), SwiGLU (the silu prim, mul), RMSNorms (the
+    # mean, rsqrt, the weight), residual adds, per layer
     rope = [ops for ops in groups if {"neg", "cat", "mul", "add"} <= set(ops)]
     swiglu = [ops for ops in groups if {"silu", "mul"} <= set(ops)]
     norm = [ops for ops in groups if "rsqrt" in ops]
     residual = [ops for ops in groups if "add" in ops and "cat" not in ops and "rsqrt" not in ops]
     assert len(rope) >= CONFIG.n_layer and len(swiglu) == CONFIG.n_layer
-    assert len(norm) == 2 * CONFIG.n_layer + 1 and len(residual) >= 2 * CONFIG.n_layer
+    # each norm's mean is in its kernel; a residual add read by nothing but a norm is too
+    residual_in_norm = [ops for ops in norm if ops[0] == "add"]
+    assert all("sum" in ops for ops in norm)
+    assert (len(norm) == 2 * CONFIG.n_layer + 1
+            and len(residual) + len(residual_in_norm) >= 2 * CONFIG.n_layer)
     # every group differentiable: its backward is fused too
     assert len(ir.last_backward_traces(jm)) > 0
 

@@ -20,6 +20,7 @@ from ir import TensorProxy
 from ir.grad_rules import has_rule
 from ir.proxies import same_shape
 from ir.trace import iter_vars
+from triton_exec import row_groups
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
 
@@ -102,7 +103,8 @@ def partition(trace) -> list[list[int]]:
         escapes = any(id(o) in escaping for o in eqn.outs)
         all_fused = bool(users) and all(u in groups_of for u in users) and not escapes
         user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
-        if all_fused and (len(user_roots) == 1 or is_view(eqn)):
+        if all_fused and (len(user_roots) == 1 or is_view(eqn)) and all(
+                row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
             roots = user_roots      # a view read by several groups is recomputed in each
         elif is_view(eqn):
             continue                # a view of a result stays a free torch view
@@ -139,7 +141,12 @@ def merge_siblings(trace, groups, consumers) -> list[list[int]]:
     ancestors = _ancestors(trace)
     merged: list[tuple[set, list[int]]] = []      # (roots, members)
     for g in groups:
+        if not row_groups.mergeable(trace, g):
+            merged.append(({g[-1]}, list(g)))
+            continue
         for roots, members in merged:
+            if not row_groups.mergeable(trace, members):
+                continue
             a_root, b_root = max(roots), g[-1]
             readers = set().union(*(consumers.get(id(o), set())
                                     for r in roots for o in trace.eqns[r].outs))

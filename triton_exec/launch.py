@@ -93,7 +93,8 @@ def grid(lowered: Lowered, config: LaunchConfig, value_of) -> tuple:
     LOOP indices of the loop dim along the second axis. `value_of(leaf)`: a runtime integer's
     value."""
     rows, cols = (index.evaluate(e, value_of) for e in (lowered.rows, lowered.cols))
-    tiles = -(-rows // config.rows) * -(-cols // config.cols)
+    # a row plan: one column block, even for empty rows (each row's reduction is stored)
+    tiles = -(-rows // config.rows) * (1 if lowered.whole_rows else -(-cols // config.cols))
     if lowered.loop is None:
         return (tiles,)
     return (tiles, -(-index.evaluate(lowered.loop.size, value_of) // config.loop))
@@ -108,6 +109,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
     widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
     rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
+    if lowered.whole_rows:
+        return _row_config(lowered, rows_hint, cols_hint, tile)
     config = (_chunked_config(lowered, rows_hint, cols_hint, lowered.max_width) if lowered.chunks
               else _whole_config(lowered, rows_hint, cols_hint, tile))
     if lowered.loop is None:
@@ -125,6 +128,18 @@ def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -
         warps //= 2
     if rows * cols < 32 * warps * width:      # a tiny tile: grow it so every thread has a vector
         rows = max(rows, (32 * warps * width) // cols)
+    return LaunchConfig(rows, cols, warps, width)
+
+
+def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
+    """A row plan's: COLS the row's length up to a power of two (the whole row in one block),
+    rows filling about `tile` elements, warps growing with the row."""
+    width = lowered.max_width
+    cols = max(triton.next_power_of_2(max(cols_hint, 1)), width)
+    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
+    warps = 8 if cols >= 8192 else 4
+    while warps > 1 and rows * cols < 32 * warps * width:
+        warps //= 2
     return LaunchConfig(rows, cols, warps, width)
 
 
@@ -167,7 +182,9 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
     def size(s) -> str:
         return name_of(s) if isinstance(s, IntProxy) else str(int(s))
 
-    constant = all(not isinstance(s, IntProxy) for s in lowered.allocated)   # fold sizes now
+    # fold sizes now (a row plan's row length may be a runtime size of a constant output shape)
+    constant = (all(not isinstance(s, IntProxy) for s in lowered.allocated)
+                and not any(index.leaves(e) for e in (lowered.rows, lowered.cols)))
     lines = [f"def {name}({', '.join(local[id(a)] for a in args)}):"]
     by_name = {a.name: a for a in args}
     # Made by torch in the computation: a view of an argument (`x.contiguous()`, a reshape)
@@ -193,8 +210,8 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
                             + [str(v) for v in constexprs.values()])
     rows, cols = (index.render_host(e, lambda leaf: name_of(leaf.source), top=True)
                   for e in (lowered.rows, lowered.cols))
-    tiles = (f"(({rows}) + {config.rows - 1}) // {config.rows} * "
-             f"((({cols}) + {config.cols - 1}) // {config.cols})")
+    tiles = f"(({rows}) + {config.rows - 1}) // {config.rows}" + (
+        "" if lowered.whole_rows else f" * ((({cols}) + {config.cols - 1}) // {config.cols})")
     if constant:
         tiles = str(eval(tiles))
     blocks = ""

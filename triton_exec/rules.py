@@ -25,6 +25,9 @@ class Rule:
     # ((eqn, args, params, k, inner) -> (args, params); None: unchanged)
     merges: Callable | None = None
     merged: Callable | None = None
+    # a reduction over the innermost dims: its group is lowered one row per program
+    # (`triton_exec.codegen.row_plan`)
+    reduces: bool = False
 
 
 RULES: dict = {}        # Prim -> Rule

@@ -20,15 +20,16 @@ The rooms, each importing only those above it:
 - `narrow_tiles`: fp16/bf16 values held rounded as eager holds them.
 - `loads`, `writer`: the kernel writer (`KernelWriter`: names, parameters, runtime integers,
   values) and its loads at a width.
-- `lower_elementwise`, `lower_movement`: the lowering of each op family; importing one
+- `lower_elementwise`, `lower_movement`, `lower_reduction`: the lowering of each op family; importing one
   registers its prims' rules (`triton_exec.rules`). A new family is a new `lower_<family>.py`
   and one import below.
 - `analysis` (step 1: `Group`), `pairs` and `tile_plan` (step 2: `Tile`, `Loop`), `stores` and
   `assembly` (step 3: `build`), `render` (step 4: the source), the plans that build scratch
   kernels (`column_plan`: piece-wise columns; `loop_plan`: the loop over a broadcast dim), and
-  `pipeline` (`lower_group`: the steps in order).
+  `row_plan` (a group with reductions: one program per block of whole rows), and `pipeline`
+  (`lower_group`: the steps in order).
 """
-from triton_exec.codegen import lower_elementwise, lower_movement  # noqa: F401  (registers)
+from triton_exec.codegen import lower_elementwise, lower_movement, lower_reduction  # noqa: F401
 from triton_exec.codegen.analysis import Group, analyze
 from triton_exec.codegen.assembly import build, kernel_writer
 from triton_exec.codegen.column_plan import Chunk, plan_chunks, plan_columns

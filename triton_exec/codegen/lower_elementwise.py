@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ir import TensorProxy, prims
+from ir import IntProxy, TensorProxy, prims
 from ir.proxies import FloatProxy
 from triton_exec import index
 from triton_exec.codegen.kernel_types import (
@@ -77,6 +77,9 @@ def _elementwise(w, eqn, idx, mask, path):
     sub and mul of two such tensors computed on narrow tiles, see `narrow_math`)."""
     name, dtype = eqn.prim.name, eqn.out.dtype
     args = [w.value(a, idx, mask, path) for a in eqn.args]
+    if name == "div":       # a runtime integer divisor (a mean's count): tl.div_rn takes floats
+        args = [f"tl.cast({s}, tl.float32)" if isinstance(a, IntProxy) else s
+                for a, s in zip(eqn.args, args)]
     narrow = dtype in COMPUTE_DTYPE
     if narrow and name in ROUNDED_NUMBERS:  # a runtime float, converted to the dtype as eager does
         args = [rounded_tile(w, s, dtype) if isinstance(a, FloatProxy) else s

@@ -136,6 +136,7 @@ class Lowered:
                                 # the columns with one block: COLS >= the extent); () when whole
     loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
                                     # per program, the grid's second axis); `rows` excludes it
+    whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
 
     @property
     def domain(self) -> tuple:

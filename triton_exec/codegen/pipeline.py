@@ -1,6 +1,6 @@
 """Lowering one fusion group to a kernel, step by step: analyze (`analysis`) -> plan the columns
 (`column_plan`), the loop (`loop_plan`) and the tile (`tile_plan`) -> build the body
-(`assembly`) -> render (`render`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
+(`assembly`) -> render (`render`), or by the row plan (`row_plan`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
 without column chunks. The top of `triton_exec.codegen`: imports the steps, and is imported by
 no file of the package but `__init__`.
 """
@@ -16,12 +16,16 @@ from triton_exec.codegen.loop_plan import plan_loop
 from triton_exec.codegen.lowered import Lowered, LoopDim
 from triton_exec.codegen.pairs import pair_tiling
 from triton_exec.codegen.render import render_kernel
+from triton_exec.codegen.row_plan import lower_rows, reductions
 from triton_exec.codegen.tile_plan import plan_tile
 
 
 def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
-    analyze -> plan the tile -> build the expressions -> render."""
+    analyze -> plan the tile -> build the expressions -> render. A group with reductions is
+    lowered by the row plan (`row_plan`)."""
+    if reductions(eqns):
+        return lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled)
     group = analyze(eqns, outputs, inputs, values)
     # pair tiling computes whole tiles; column chunks are for the other groups
     chunks = (None if pair_tiling(group, vectorize_enabled)

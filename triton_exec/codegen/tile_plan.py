@@ -77,13 +77,15 @@ class Loop:
         return f"{self.leaf.name} = tl.minimum({self.start} + j, {self.last})"
 
 
-def plan_tile(group: Group, w: KernelWriter, loop_dim: int | None = None) -> Tile:
+def plan_tile(group: Group, w: KernelWriter, loop_dim: int | None = None,
+              pairing_allowed: bool = True) -> Tile:
     """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
     tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
     other), the domain mask and the outer indices. With `loop_dim` (an outer dim), that dim is
-    walked by a loop inside each program (see `Loop`) and `rows` by the other outer dims."""
+    walked by a loop inside each program (see `Loop`) and `rows` by the other outer dims.
+    `pairing_allowed`: False for a plan that needs the plain [ROWS, COLS] tile (`row_plan`)."""
     domain = group.domain
-    pairing = pair_tiling(group, w.vectorize)
+    pairing = pair_tiling(group, w.vectorize) if pairing_allowed else None
     inner = len(domain) - (2 if pairing == "trailing" else 1)
     sizes = [w.size(s, inner=d == inner) for d, s in enumerate(domain)]
     tiled = [vectorize.hint_of(s) for s in domain]

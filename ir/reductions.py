@@ -1,0 +1,212 @@
+"""Reductions as decompositions into prims: `sum`, `mean`, `amax`/`amin` record the reduction
+prims (`prims.sum_`, `prims.amax`, `prims.amin`, reshaped back for `keepdim`); `softmax`,
+`log_softmax`, `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them
+and elementwise prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16
+input, rounded once to the input's dtype). Registered into `ir.torch_ops`' handler tables on
+import. Anything outside what is modeled here (integer input, a `dtype=` argument, an implicit
+dim) stays an opaque torch call.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ir import prims
+from ir.proxies import IntProxy, TensorProxy, hint
+from ir.tracing import bind, opaque
+from ir.torch_ops import HANDLERS, _dim, convert, meta_dtype, register
+
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _dims(x, dim) -> tuple:
+    """The reduced dims, sorted (None or () reduce every dim, as eager's sum does)."""
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return tuple(range(x.ndim))
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return tuple(sorted({_dim(d, x.ndim) for d in dims}))
+
+
+def _count(x, dims):
+    n = 1
+    for d in dims:
+        n = n * x.shape[d]
+    return n
+
+
+def _keep(x, result, dims):
+    """The reduced result with size-1 dims where `dims` were (keepdim=True)."""
+    return bind(prims.reshape, result, tuple(1 if d in dims else s for d, s in enumerate(x.shape)))
+
+
+def reduce(prim, x, dims, keepdim):
+    """`prim` over `dims` of x (a 0-d x reduces to itself), reshaped back for keepdim."""
+    if x.ndim == 0:
+        return x
+    result = bind(prim, x, dims=dims)
+    return _keep(x, result, dims) if keepdim else result
+
+
+def _modeled(x) -> bool:
+    return isinstance(x, TensorProxy) and x.dtype.is_floating_point
+
+
+@register(torch.sum, torch.Tensor.sum, methods=("sum",))
+def sum_(input, dim=None, keepdim=False, *, dtype=None):
+    if not _modeled(input) or dtype is not None:
+        return opaque(torch.sum, (input, dim, keepdim) if dim is not None else (input,),
+                      {"dtype": dtype})
+    return reduce(prims.sum_, input, _dims(input, dim), keepdim)
+
+
+@register(torch.mean, torch.Tensor.mean, methods=("mean",))
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    """The sum divided by the count, in fp32 for fp16/bf16, rounded once (as eager)."""
+    if not _modeled(input) or dtype is not None:
+        args = (input,) if dim is None else (input, dim, keepdim)
+        return opaque(torch.mean, args, {"dtype": dtype})
+    dims = _dims(input, dim)
+    total = reduce(prims.sum_, _upcast(input), dims, keepdim)
+    return convert(HANDLERS[torch.div](total, _count(input, dims)), input.dtype)
+
+
+def _extremum(prim, fn):
+    def handler(input, dim=(), keepdim=False):
+        if not _modeled(input):
+            return opaque(fn, (input, dim, keepdim), {})
+        dims = _dims(input, dim)
+        if any(hint(input.shape[d]) == 0 for d in dims):
+            meta_dtype(fn, input, dim, keepdim)         # eager's error for an empty reduction
+        return reduce(prim, input, dims, keepdim)
+    return handler
+
+
+register(torch.amax, torch.Tensor.amax, methods=("amax",))(_extremum(prims.amax, torch.amax))
+register(torch.amin, torch.Tensor.amin, methods=("amin",))(_extremum(prims.amin, torch.amin))
+
+
+def _upcast(x):
+    """x in fp32 where it is fp16/bf16 (ATen's accumulate type), else x."""
+    return convert(x, torch.float32) if x.dtype in _NARROW else x
+
+
+def _softmax_parts(x, dim):
+    """(x - max, sum(exp(x - max))) over dim, kept: the shared half of softmax and log_softmax."""
+    dims = (_dim(dim, x.ndim),)
+    shifted = HANDLERS[torch.sub](x, reduce(prims.amax, x, dims, True))
+    exp = HANDLERS[torch.exp](shifted)
+    return shifted, exp, reduce(prims.sum_, exp, dims, True)
+
+
+def _softmax_like(fn, log: bool):
+    def handler(input, dim=None, _stacklevel=3, dtype=None):
+        if not _modeled(input) or dim is None or input.ndim == 0:
+            return opaque(fn, (input, dim), {"dtype": dtype} if dtype is not None else {})
+        x = convert(input, dtype) if dtype is not None else input
+        out_dtype = x.dtype
+        shifted, exp, total = _softmax_parts(_upcast(x), dim)
+        result = (HANDLERS[torch.sub](shifted, HANDLERS[torch.log](total)) if log
+                  else HANDLERS[torch.div](exp, total))
+        return convert(result, out_dtype)
+    return handler
+
+
+register(torch.softmax, torch.Tensor.softmax, F.softmax, methods=("softmax",))(
+    _softmax_like(torch.softmax, log=False))
+register(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, methods=("log_softmax",))(
+    _softmax_like(torch.log_softmax, log=True))
+
+
+@register(torch.logsumexp, torch.Tensor.logsumexp, methods=("logsumexp",))
+def logsumexp(input, dim, keepdim=False):
+    """As ATen: max subtracted, an infinite max replaced by 0 (an all -inf row gives -inf)."""
+    if not _modeled(input) or input.ndim == 0:
+        return opaque(torch.logsumexp, (input, dim, keepdim), {})
+    dims = _dims(input, dim)
+    if any(hint(input.shape[d]) == 0 for d in dims):
+        return HANDLERS[torch.log](reduce(prims.sum_, HANDLERS[torch.exp](input), dims, keepdim))
+    peak = reduce(prims.amax, input, dims, True)
+    finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf), 0.0, peak)
+    total = reduce(prims.sum_, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
+    return HANDLERS[torch.add](HANDLERS[torch.log](total), finite if keepdim else bind(
+        prims.reshape, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
+
+
+def _centered(xf, dims, n):
+    """x - mean(x), the mean summed from x / N: finite wherever eager's (Welford's) is, where
+    sum(x) / N would overflow for values near the dtype's largest."""
+    return HANDLERS[torch.sub](xf, reduce(prims.sum_, HANDLERS[torch.div](xf, n), dims, True))
+
+
+def _variance(x, dims, correction, keepdim):
+    """sum((x - mean)^2) / max(N - correction, 0), in fp32 for fp16/bf16, rounded once."""
+    xf = _upcast(x)
+    n = _count(x, dims)
+    centered = _centered(xf, dims, n)
+    squares = reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, keepdim)
+    divisor = n - correction
+    if not isinstance(divisor, IntProxy) and divisor < 0:
+        divisor = 0
+    return HANDLERS[torch.div](squares, divisor)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None else int(bool(unbiased))
+
+
+def _var_like(fn, root: bool):
+    def handler(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        c = _correction(unbiased, correction)
+        if not _modeled(input) or input.ndim == 0 or not isinstance(c, int):
+            return opaque(fn, (input, dim), {"correction": c, "keepdim": keepdim})
+        result = _variance(input, _dims(input, dim), c, keepdim)
+        return convert(HANDLERS[torch.sqrt](result) if root else result, input.dtype)
+    return handler
+
+
+register(torch.var, torch.Tensor.var, methods=("var",))(_var_like(torch.var, root=False))
+register(torch.std, torch.Tensor.std, methods=("std",))(_var_like(torch.std, root=True))
+
+
+def _norm_dims(input, normalized_shape):
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    return tuple(range(input.ndim - len(shape), input.ndim))
+
+
+@register(F.rms_norm)
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """As ATen's composite: x * rsqrt(mean(x^2) + eps) in fp32 for fp16/bf16, rounded to the
+    input's dtype, then times the weight (eps defaults to fp32's machine epsilon)."""
+    if not _modeled(input) or (weight is not None and not isinstance(weight, TensorProxy)):
+        return opaque(F.rms_norm, (input, normalized_shape, weight, eps), {})
+    dims = _norm_dims(input, normalized_shape)
+    xf = _upcast(input)
+    eps = torch.finfo(xf.dtype).eps if eps is None else eps
+    ms = HANDLERS[torch.div](reduce(prims.sum_, HANDLERS[torch.mul](xf, xf), dims, True),
+                        _count(input, dims))
+    result = convert(HANDLERS[torch.mul](xf, HANDLERS[torch.rsqrt](HANDLERS[torch.add](ms, eps))), input.dtype)
+    return result if weight is None else HANDLERS[torch.mul](result, weight)
+
+
+@register(F.layer_norm)
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) * rsqrt(biased var + eps) * weight + bias, in fp32 for fp16/bf16 (weight and
+    bias too), rounded once to the input's dtype."""
+    if not _modeled(input) or any(p is not None and not isinstance(p, TensorProxy)
+                                  for p in (weight, bias)):
+        return opaque(F.layer_norm, (input, normalized_shape, weight, bias, eps), {})
+    dims = _norm_dims(input, normalized_shape)
+    xf = _upcast(input)
+    n = _count(input, dims)
+    centered = _centered(xf, dims, n)
+    var = HANDLERS[torch.div](reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, True), n)
+    result = HANDLERS[torch.mul](centered, HANDLERS[torch.rsqrt](HANDLERS[torch.add](var, eps)))
+    if weight is not None:
+        result = HANDLERS[torch.mul](result, _upcast(weight))
+    if bias is not None:
+        result = HANDLERS[torch.add](result, _upcast(bias))
+    return convert(result, input.dtype)

@@ -1,0 +1,91 @@
+"""The row plan: a group holding reductions over the innermost dims (`lower_reduction`) is tiled
+over the reductions' rows, one program per block of ROWS whole rows, COLS covering the row
+(COLS >= the row's length, a constant, rounded up to a power of two by the launcher). The domain is [outer dims..., row length]: the values of the row's shape are computed
+at every column, a reduction is a [ROWS, 1] tile the row's values broadcast against, and each
+output is stored either at the row's columns (an output of the row's shape) or once per row
+(an output of the reduced shape, from column 0). Every reduction of the group has the same
+outer dims and row length, and the group's root has the row's shape or the reduced one
+(`triton_exec.row_groups` keeps partitions so). Imports `analysis`, `assembly`, `lowered`,
+`render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ir import IntProxy, TensorProxy
+from ir.proxies import FloatProxy, same_shape
+from triton_exec import index, vectorize
+from triton_exec.codegen import kernel_types
+from triton_exec.codegen.analysis import analyze
+from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer
+from triton_exec.codegen.kernel_types import TL_DTYPE, known
+from triton_exec.codegen.lower_reduction import row_of, split_columns
+from triton_exec.codegen.lowered import Access, Lowered
+from triton_exec.codegen.render import render_kernel
+from triton_exec.codegen.tile_plan import plan_tile
+from triton_exec.rules import rule_of
+from triton_exec.vectorize import Path
+
+
+def reductions(eqns) -> list:
+    return [e for e in eqns if rule_of(e) is not None and rule_of(e).reduces]
+
+
+def lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
+    """Lowers a group with reductions: one program per block of whole rows (see the module)."""
+    outer, reduced = row_of(reductions(eqns)[0])
+    length = math.prod(reduced)     # constants: a runtime row is left to torch
+    group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
+    numel = math.prod(vectorize.hint_of(s) for s in outer) * vectorize.hint_of(length)
+    group = dataclasses.replace(group, domain=(*outer, length), wide_cols=False,
+                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
+    w = kernel_writer(group, vectorize_enabled)
+    tile = plan_tile(group, w, pairing_allowed=False)
+    w.row = tile
+    w.rows, w.cols = tile.rows, tile.cols
+    w.column_leaves.append(tile.cols)
+    w.lines.append(f"# Tile [ROWS, COLS] of the rows [{', '.join(w.describe(s) for s in tile.sizes)}]"
+                   f": each program reduces ROWS whole rows, COLS covers the row")
+    _tile_indices(group, tile, w, None)
+    _outer_indices(tile, w)
+    w.lines.append("# Values, as functions of the output index")
+    stores = [_store(w, tile, out, k, reduced, length) for k, out in enumerate(group.outputs)]
+    source = render_kernel(name, w, stores)
+    size_vars = []
+    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
+                                    for leaf in index.leaves(p.value)]
+    for s in read:
+        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in size_vars):
+            size_vars.append(s)
+    return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
+                   tile.cols_extent, group.outputs, w.itemsizes, size_vars,
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
+                   group.domain, whole_rows=True)
+
+
+def _store(w, tile, out: TensorProxy, k: int, reduced, length) -> str:
+    """The store line of output k: at the row's columns, or once per row (column 0)."""
+    full = len(out.shape) == len(tile.outer) + len(reduced) and same_shape(
+        out.shape[len(tile.outer):], reduced)
+    if full:
+        cols = split_columns(tile.cols, reduced)
+        idx, mask, extent = tile.outer + cols, tile.in_domain, tile.cols_extent
+        width = vectorize.store_width(out.dtype.itemsize, length, w.vectorize)
+        path = Path().through(length) if len(reduced) == 1 else Path().broken()
+    else:
+        kept = [s for s in out.shape if not (known(s) and s == 1)]
+        assert len(kept) <= len(tile.outer), f"{out.name} has neither the row's shape nor the reduced one"
+        idx = tile.outer[:len(out.shape)] + [index.Const(0)] * (len(out.shape) - len(tile.outer))
+        mask = index.Mask((index.Less(tile.rows, tile.rows_extent),
+                           index.Less(tile.cols, index.Const(1))))
+        extent, width, path = 1, 1, Path().broken()
+    val = w.value(out, idx if out.shape else [], tile.in_domain if full else mask, path)
+    w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
+                             along_cols=full))
+    w.itemsizes.append(out.dtype.itemsize)
+    offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent),
+                                     tile.cols if full else index.Const(0)))
+    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
+            f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
+            f"# {out.name}, {width} per access")
