@@ -20,10 +20,12 @@ ROW_LIMIT = 16384       # elements of a row that one program reduces at most
 
 # prim -> (the combine function of `tl.reduce`, the value masked-off lanes hold). The builtin
 # `tl.reduce` with Triton's own combine functions, not `tl.sum`/`tl.max` (@triton.jit library
-# functions: see `triton_exec.codegen`); the interpreter runs these as numpy reductions.
-REDUCE_SRC = {"sum": ("tl.standard._sum_combine", "0.0"),
-              "amax": ("tl.standard._elementwise_max", "float('-inf')"),
-              "amin": ("tl.standard._elementwise_min", "float('inf')")}
+# functions: see `triton_exec.codegen`); the interpreter runs these as numpy reductions. They are
+# globals of the kernel file (`launch.KERNEL_HEADER` imports them), where the offline compile
+# finds them under the interpreter too (`offline._with_compilable_helpers`).
+REDUCE_SRC = {"sum": ("_sum_combine", "0.0"),
+              "amax": ("_elementwise_max", "float('-inf')"),
+              "amin": ("_elementwise_min", "float('inf')")}
 
 
 def row_of(eqn):
