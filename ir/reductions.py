@@ -125,6 +125,8 @@ def logsumexp(input, dim, keepdim=False):
     if not _modeled(input) or input.ndim == 0:
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     dims = _dims(input, dim)
+    if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
+        return opaque(torch.logsumexp, (input, dim, keepdim), {})
     if any(hint(input.shape[d]) == 0 for d in dims):
         return HANDLERS[torch.log](reduce(prims.sum_, HANDLERS[torch.exp](input), dims, keepdim))
     peak = reduce(prims.amax, input, dims, True)

@@ -89,6 +89,10 @@ CASES = {
     "clamp_crossed_numbers": Case(lambda x: torch.clip(x, 0.3, -2.0)),
     "clamp_nan_number": Case(lambda x: x.clamp(max=NAN)),
     "clamp_min_number": Case(lambda x: torch.clamp_min(x, 0.3)),
+    # rows of edge values: a row's sum, max or min broadcast back over it (ties, NaN, inf)
+    "sum": Case(lambda x: x.reshape(-1, 9).sum(-1, keepdim=True).expand(-1, 9).flatten()),
+    "amax": Case(lambda x: x.reshape(-1, 9).amax(-1, keepdim=True).expand(-1, 9).flatten()),
+    "amin": Case(lambda x: x.reshape(-1, 9).amin(-1, keepdim=True).expand(-1, 9).flatten()),
 }
 
 
