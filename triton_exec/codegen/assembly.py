@@ -5,6 +5,8 @@ Imports `writer`, `stores`, `tile_plan` and `analysis` from this package.
 """
 from __future__ import annotations
 
+from ir import IntProxy
+from ir.proxies import FloatProxy
 from triton_exec import index
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.stores import values_and_stores
@@ -22,6 +24,18 @@ def kernel_writer(group: Group, vectorize_enabled: bool) -> KernelWriter:
     if group.merged is not None:
         w.stride_dims, w.originals = group.merged.stride_dims, group.merged.originals
     return w
+
+
+def runtime_sizes(group: Group, w: KernelWriter) -> list:
+    """The runtime sizes and numbers the kernel reads (each once, in order of first use): the
+    group's allocated sizes, then those in its parameters' values."""
+    sizes = []
+    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
+                                    for leaf in index.leaves(p.value)]
+    for s in read:
+        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in sizes):
+            sizes.append(s)
+    return sizes
 
 
 def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) -> list:

@@ -6,11 +6,9 @@ no file of the package but `__init__`.
 """
 from __future__ import annotations
 
-from ir import IntProxy
-from ir.proxies import FloatProxy
-from triton_exec import index, vectorize
+from triton_exec import vectorize
 from triton_exec.codegen.analysis import analyze
-from triton_exec.codegen.assembly import build, kernel_writer
+from triton_exec.codegen.assembly import build, kernel_writer, runtime_sizes
 from triton_exec.codegen.column_plan import plan_columns
 from triton_exec.codegen.loop_plan import plan_loop
 from triton_exec.codegen.lowered import Lowered, LoopDim
@@ -35,12 +33,7 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     tile = plan_tile(group, w, loop_dim)
     stores = build(group, tile, w, chunks)
     source = render_kernel(name, w, stores)
-    size_vars = []
-    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
-                                    for leaf in index.leaves(p.value)]
-    for s in read:
-        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in size_vars):
-            size_vars.append(s)
+    size_vars = runtime_sizes(group, w)
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ir import IntProxy, TensorProxy
-from ir.proxies import FloatProxy, same_shape
+from ir import TensorProxy
+from ir.proxies import same_shape
 from triton_exec import index, vectorize
 from triton_exec.codegen import kernel_types
 from triton_exec.codegen.analysis import analyze
-from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer
+from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import row_of, split_columns
 from triton_exec.codegen.lowered import Access, Lowered
@@ -52,12 +52,7 @@ def lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> 
     w.lines.append("# Values, as functions of the output index")
     stores = [_store(w, tile, out, k, reduced, length) for k, out in enumerate(group.outputs)]
     source = render_kernel(name, w, stores)
-    size_vars = []
-    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
-                                    for leaf in index.leaves(p.value)]
-    for s in read:
-        if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in size_vars):
-            size_vars.append(s)
+    size_vars = runtime_sizes(group, w)
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
