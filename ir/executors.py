@@ -1,6 +1,7 @@
 """The executors API and the always-present torch executor.
 
-An executor claims the equations it can run and renders each as Python source. A fusion executor
+An executor claims the equations it can run and renders each as Python source (`claim`); a
+fully claimed trace compiles to the Python function that runs (`compile_trace`). A fusion executor
 also gets a pass over the whole trace (`fusion_pass`), where it replaces groups of equations by
 one call of its own. `ir` never imports an executor: executors register themselves by name, and
 a name not registered yet is looked up in the `ir.executors` entry point group (pyproject), whose
@@ -9,15 +10,16 @@ entry loads the executor's package, so `ir.jit(fn, executors=["triton"])` needs 
 from __future__ import annotations
 
 import dataclasses
+import math
 from importlib import metadata
 
 import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import TensorProxy, same_size
-from ir.tracing import guard_key
 from ir.passes import dce
+from ir.proxies import TensorProxy, same_size
+from ir.recording import guard_key
 from ir.trace import Eqn, Trace, iter_vars, map_vars, render
 
 _REGISTRY: dict[str, "Executor"] = {}
@@ -95,6 +97,27 @@ def get_executor(name: str) -> Executor:
     except KeyError:
         known = sorted(set(_REGISTRY) | set(metadata.entry_points(group=ENTRY_POINT_GROUP).names))
         raise ValueError(f"no executor named {name!r}; known: {known}") from None
+
+
+def compile_trace(trace: Trace):
+    """Python function from the source of a fully claimed trace."""
+    ns = {"torch": torch, "math": math}
+    for eqn in trace.eqns:
+        if eqn.executor is not None:
+            ns.update(eqn.executor.namespace(eqn))
+    exec(compile(str(trace), f"<{trace.name}>", "exec"), ns)
+    return ns[trace.name]
+
+
+def claim(trace: Trace, executors) -> Trace:
+    """Gives each unclaimed tensor equation to the first executor that claims it."""
+    eqns = []
+    for eqn in trace.eqns:
+        if eqn.executor is None and eqn.prim.kind != "host":
+            eqn = eqn.replace(executor=next(ex for ex in executors if ex.claims(eqn)))
+        eqns.append(eqn)
+    return trace.replace(eqns=tuple(eqns), provenance="Claimed by executors: " + ", ".join(
+        ex.name for ex in executors))
 
 
 # ---- the torch executor ------------------------------------------------------------------

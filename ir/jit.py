@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-import math
 import os
 import re
 import threading
@@ -22,14 +21,16 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
-                module_calls, module_state, modules, passes, prims, recompiles, transforms,
-                write_back)
+                module_calls, module_state, modules, passes, recompiles, transforms, write_back)
 from ir.containers import Keywords
-from ir.executors import CompileContext, Executor, get_executor, torch_executor
+from ir.executors import (CompileContext, Executor, claim, compile_trace, get_executor,
+                          torch_executor)
+from ir.inputs import input_proxy
 from ir.prologue import Prologue, build_prologue
-from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
+from ir.proxies import TensorProxy, Var
+from ir.recording import opaque
 from ir.trace import Trace, iter_vars
-from ir.tracing import TraceContext, opaque, record, tracing
+from ir.tracing import TraceContext, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 DEFAULT_CACHE_LIMIT = 8
@@ -133,50 +134,6 @@ def arg_key(a, constant: bool, nested: bool = False):
     return (structure, tuple(arg_key(x, constant, True) for x in leaves))
 
 
-def _input_proxy(name: str, value, ctx: TraceContext):
-    """The proxy (or literal) standing for one argument in the traces."""
-    if isinstance(value, torch.Tensor):
-        if value.is_complex():   # the key's fast path lets it through; refused on the miss
-            raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
-        proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad, value.is_neg())
-        ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
-        if value.requires_grad and value.is_leaf:   # eager refuses to write into it in grad mode
-            ctx.mutations.leaves.add(id(proxy))
-        if not ctx.symbolic:
-            proxy.shape = tuple(value.shape)
-            return proxy
-        sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
-        record(prims.shape, (proxy,), {}, sizes)
-        static = ctx.static_dims.get(name, ())
-        for dim, size in enumerate(sizes):   # 0 and 1 are specialized: broadcasting depends on them
-            if size.hint < 2 or dim in static:
-                ctx.add_guard(("eq", size, size.hint))
-                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)"
-                                if size.hint < 2 else "a static size of the caller's graph")
-            else:
-                ctx.add_guard(("ge", size, 2))
-                ctx.lower_bounds[id(size)] = 2
-        proxy.shape = tuple(s.hint if s.hint < 2 or d in static else s
-                            for d, s in enumerate(sizes))
-        return proxy
-    if containers.is_deep(value):
-        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx) for n, v in
-                     zip(containers.leaf_names(name, value), containers.flat_argument(value)))
-    if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx)
-                     for i, v in enumerate(value))
-    if isinstance(value, dict):
-        return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
-                                               f"{name}_{i}"), v, ctx)
-                for i, (k, v) in enumerate(value.items())}
-    if type(value) is int and ctx.symbolic:
-        return IntProxy(name, value)
-    if type(value) is float and ctx.symbolic:
-        return FloatProxy(name, value)
-    return value
-
-
 def _resolved(proxy):
     """What the traced function receives for an argument: a view with the negative bit (e.g.
     `z.conj().imag`) is resolved first (a torch op of the trace), so no kernel reads its raw
@@ -263,27 +220,6 @@ def _taking_arguments(prologue, computation, arguments):
     return (dataclasses.replace(prologue, fn=taking(prologue.fn),
                                 after_key=taking(prologue.after_key)),
             taking(computation))
-
-
-def compile_trace(trace: Trace):
-    """Python function from the source of a fully claimed trace."""
-    ns = {"torch": torch, "math": math}
-    for eqn in trace.eqns:
-        if eqn.executor is not None:
-            ns.update(eqn.executor.namespace(eqn))
-    exec(compile(str(trace), f"<{trace.name}>", "exec"), ns)
-    return ns[trace.name]
-
-
-def claim(trace: Trace, executors) -> Trace:
-    """Gives each unclaimed tensor equation to the first executor that claims it."""
-    eqns = []
-    for eqn in trace.eqns:
-        if eqn.executor is None and eqn.prim.kind != "host":
-            eqn = eqn.replace(executor=next(ex for ex in executors if ex.claims(eqn)))
-        eqns.append(eqn)
-    return trace.replace(eqns=tuple(eqns), provenance="Claimed by executors: " + ", ".join(
-        ex.name for ex in executors))
 
 
 class JitFunction:
@@ -508,12 +444,12 @@ class JitFunction:
                            capture_sources={id(t): name for name, (t, _) in sources.items()},
                            static_dims=self.static_dims)
         grad_mode = torch.is_grad_enabled()
-        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
+        ctx.make_input = lambda name, tensor: input_proxy(name, tensor, ctx)
         try:
             with module_calls.intercepting(self.module) as calls, tracing(ctx), \
                     module_state.watched(self.module) as rebound:
                 names = list(map(ctx.parameter_name, self.param_names))
-                inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
+                inputs = ctx.run(lambda: tuple((name, input_proxy(name, a, ctx))
                                                for name, a in zip(names, args)))
                 outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
                                         for (_, value), a in zip(inputs, args)])
@@ -688,3 +624,11 @@ def thin(jfn, *args, **kwargs):
 
 def last_entry(jfn) -> Entry:
     return _last(jfn)
+
+
+def explain(jfn, *args, **kwargs) -> diagnostics.Explanation:
+    """Traces `jfn` (a function returned by `ir.jit`) on these arguments and builds the entry
+    they would get, without running or timing a kernel and without caching it; returns what
+    fuses, what is left to torch and why, what symbolic mode specialized, and the guards."""
+    jfn = _jitted(jfn)
+    return diagnostics.explanation(jfn, jfn.compile_for_explain(jfn.bind(args, kwargs)))

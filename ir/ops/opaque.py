@@ -10,52 +10,25 @@ the op needs (`x.shape[-1] == w.shape[1]`) as equalities between sizes, never by
 
 The call still runs on meta tensors first, at the sizes' values in the traced call: that raises
 eager's errors and gives the output dtypes, and a rule's shapes are checked against it.
+
+The `opaque` prim is the equation such a call records (`ir.recording.opaque`): torch runs it.
 """
 from __future__ import annotations
-
-import functools
-import inspect
 
 import torch
 import torch.nn.functional as F
 
+from ir.ops.registry import SHAPE_RULES, define, shape_rule as rule
+from ir.ops.shapes import _dim, _numel, broadcast_shape
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.torch_ops import _dim, _numel, broadcast_shape
+from ir.trace import render
 
-SHAPE_RULES: dict = {}
-
-
-def rule(*targets):
-    """Registers a rule for torch callables given as objects or as names, a name standing for
-    each of `torch.<name>`, `torch.Tensor.<name>` and `F.<name>` that exists."""
-    def wrap(fn):
-        for target in targets:
-            if isinstance(target, str):
-                for space in (torch, torch.Tensor, F):
-                    if hasattr(space, target):
-                        SHAPE_RULES[getattr(space, target)] = fn
-            else:
-                SHAPE_RULES[target] = fn
-        return fn
-    return wrap
-
-
-def output_shapes(fn, args, kwargs):
-    """The symbolic shapes of fn(*args, **kwargs)'s outputs by its rule, or None (no rule, or a
-    signature the rule does not take)."""
-    found = SHAPE_RULES.get(fn)
-    if found is None:
-        return None
-    try:
-        _signature(found).bind(*args, **kwargs)
-    except TypeError:
-        return None
-    return found(*args, **kwargs)
-
-
-@functools.cache
-def _signature(fn) -> inspect.Signature:
-    return inspect.signature(fn)
+# A torch call the tracer does not model; one returning a sequence of one tensor (`x.split`)
+# is indexed, so its single output names the tensor, not the sequence.
+opaque_p = define("opaque", "opaque", None,
+                  lambda eqn: f"{eqn.params['fn_name']}({', '.join(render(a) for a in eqn.args)}"
+                  + "".join(f", {k}={render(v)}" for k, v in eqn.params['kwargs'].items())
+                  + ")" + ("[0]" if eqn.params.get("sequence") and len(eqn.outs) == 1 else ""))
 
 
 def equal(a, b) -> None:
