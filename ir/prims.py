@@ -4,10 +4,10 @@ name (`prims.pad`, `prims.PRIMS["add"]`), gathered from the op families that def
 Each prim is a named object (`ir.ops.registry.Prim`) with a meta rule (output shapes and dtypes
 from input metadata) and a default printer, defined in the module of its family together with
 its torch mapping, shape rules and grad rules (`ir.ops.host`, `elementwise`, `clamp`, `casts`,
-`movement`, `factories`, `reductions`, `opaque`, `queries`). Importing this module imports every
+`movement`, `indexing`, `factories`, `reductions`, `opaque`, `queries`). Importing this module imports every
 family, which fills the tables of `ir.ops.registry` that the tracer and the passes read.
 """
-from ir.ops import queries  # noqa: F401  (its torch mapping has no prim)
+from ir.ops import indexing, queries  # noqa: F401  (torch mappings without prims of their own)
 from ir.ops.casts import convert_element_type_p as convert_element_type
 from ir.ops.clamp import clamp_p as clamp
 from ir.ops.elementwise import (BINARY, COMPARE, UNARY, gelu_p as gelu, relu_p as relu,

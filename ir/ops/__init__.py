@@ -3,11 +3,11 @@ the tracer runs in place of torch calls), its shape rules and its grad rules, re
 tables of `ir.ops.registry` when the module is imported (`ir.prims` imports every family).
 
 - `registry`: the `Prim` class and the tables (`PRIMS`, `HANDLERS`, `METHODS`, `PROPERTIES`,
-  `FACTORIES`, `SHAPE_RULES`, `GRAD_RULES`) with their registration functions.
+  `FACTORIES`, `SHAPE_RULES`, `TORCH_SOURCE`, `GRAD_RULES`) with their registration functions.
 - `host`: shape queries and size arithmetic. `opaque`: torch calls left to torch, and the
   symbolic shapes of their outputs. `elementwise`, `clamp`, `casts`, `movement` (pad, cat, slice,
-  reshape, permute, expand, copies), `factories`, `reductions`, `queries` (answered from
-  metadata).
+  reshape, permute, expand, copies), `indexing` (basic indexing, split, chunk, unbind),
+  `factories`, `reductions`, `queries` (answered from metadata).
 - Shared by the families: `shapes` (broadcasting, dims), `scalars` (dtypes and Python numbers as
   eager uses them), `vjp` (what grad rules are written with).
 

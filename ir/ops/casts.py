@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import torch
 
-from ir.ops.registry import METHODS, define, grad_rule, register
+from ir.ops.registry import METHODS, TORCH_SOURCE, define, grad_rule, register
 from ir.ops.shapes import _same
 from ir.ops.vjp import needs_grad
 from ir.proxies import TensorProxy
 from ir.recording import bind
+from ir.trace import render
 
 convert_element_type_p = define("convert_element_type", "elementwise",
                                 lambda t, *, dtype: _same(t, dtype))
+TORCH_SOURCE[convert_element_type_p] = lambda e: f"{e.args[0].name}.to({render(e.params['dtype'])})"
 
 
 def convert(t, dtype):

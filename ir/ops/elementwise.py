@@ -14,12 +14,13 @@ from ir.ops import vjp
 from ir.ops.casts import convert
 from ir.ops.factories import full, full_p
 from ir.ops.movement import expand_to
-from ir.ops.registry import HANDLERS, METHODS, PRIMS, define, grad_rule, register
+from ir.ops.registry import HANDLERS, METHODS, PRIMS, TORCH_SOURCE, define, grad_rule, register
 from ir.ops.scalars import _meta, _one, meta_dtype, operand_scalar, stored_scalar
 from ir.ops.shapes import _first_tensor, _same, broadcast_shape
 from ir.ops.vjp import emit, needs_grad
 from ir.proxies import FloatProxy, IntProxy, TensorProxy
 from ir.recording import bind, opaque, specialize
+from ir.trace import render
 
 UNARY = ("neg", "abs", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt", "rsqrt", "erf")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
@@ -42,6 +43,12 @@ relu_p = define("relu", "elementwise", lambda t: _same(t))
 where_p = define("where", "elementwise", lambda c, a, b: _same(
     next(x for x in (a, b, c) if isinstance(x, TensorProxy)),
     dtype=_first_tensor(a, b).dtype if _first_tensor(a, b) is not None else None))
+# as torch runs them (`ir.executors`; the others as the torch function of their name)
+TORCH_SOURCE.update({
+    where_p: lambda e: f"torch.where({', '.join(render(a) for a in e.args)})",
+    silu_p: lambda e: f"F.silu({e.args[0].name})",
+    gelu_p: lambda e: f"F.gelu({e.args[0].name}, approximate={render(e.params['approximate'])})",
+})
 
 
 def rounds_number(prim_name, device) -> bool:

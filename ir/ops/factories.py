@@ -9,11 +9,12 @@ import math
 
 import torch
 
-from ir.ops.registry import FACTORIES, HANDLERS, define, register
+from ir.ops.registry import FACTORIES, HANDLERS, TORCH_SOURCE, define, register
 from ir.ops.scalars import stored_scalar
 from ir.ops.shapes import _sizes
 from ir.proxies import IntProxy, hint
 from ir.recording import bind, opaque, specialize
+from ir.trace import render
 
 def _arange_meta(start, end, step, *, dtype, device):
     if all(isinstance(v, (int, IntProxy)) for v in (start, end, step)):
@@ -26,6 +27,12 @@ def _arange_meta(start, end, step, *, dtype, device):
 arange_p = define("arange", "tensor", _arange_meta)
 full_p = define("full", "tensor",
                 lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
+TORCH_SOURCE.update({
+    full_p: lambda e: (f"torch.full({render(e.args[0])}, {render(e.params['value'])}, "
+                       f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
+    arange_p: lambda e: (f"torch.arange({', '.join(render(a) for a in e.args)}, "
+                         f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
+})
 
 
 @register(torch.full)

@@ -1,7 +1,7 @@
 """Data movement: the prims that move, drop or copy elements without computing on them
 (`broadcast_in_dim`, `slice`, `pad`, `cat`, `reshape`, `permute`, `copy`), their torch mapping
 (views and resizes: `view`, `reshape`, `flatten`, `squeeze`, `permute`, `transpose`, `expand`,
-indexing, `narrow`, `split`, `chunk`, `unbind`, `cat`, `stack`, `F.pad`; copies: `clone`,
+`cat`, `stack`, `F.pad`; indexing and splitting are `ir.ops.indexing`; copies: `clone`,
 `contiguous`, `.to`), what eager's layout of a view is (`layout_meta`, which decides where a
 reshape copies), and their grad rules: the gradient of a pad is a slice of the gradient, of a
 slice a zero pad, of a cat one slice per piece, of a broadcast a sum over the broadcast dims.
@@ -12,12 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from ir.ops.casts import convert
-from ir.ops.registry import PRIMS, PROPERTIES, define, grad_rule, register
+from ir.ops.registry import (PRIMS, PROPERTIES, TORCH_SOURCE, define, grad_rule, register,
+                             shape_rule)
 from ir.ops.scalars import meta_dtype, stored_scalar
 from ir.ops.shapes import _dim, _is_one, _numel, _same, _sizes
 from ir.ops.vjp import _const, emit, needs_grad
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.recording import bind, current, opaque, specialize
+from ir.recording import bind, current, opaque
+from ir.trace import render
 
 
 broadcast_in_dim_p = define("broadcast_in_dim", "tensor",
@@ -60,6 +62,59 @@ def expand_to(t, shape):
         return t
     offset = len(shape) - len(t.shape)
     return bind(broadcast_in_dim_p, t, shape, dims=tuple(range(offset, len(shape))))
+
+
+# ---- as torch runs them (`ir.executors.TorchExecutor`) --------------------------------------
+
+def _is_zero(x) -> bool:
+    return isinstance(x, int) and x == 0
+
+
+def _slice_src(eqn):
+    t, starts, stops, steps = eqn.args
+    parts = [":" if _is_zero(a) and same_size(b, s) and c == 1 else
+             f"{render(a)}:{render(b)}" + (f":{c}" if c != 1 else "")
+             for a, b, c, s in zip(starts, stops, steps, t.shape)]
+    full = next((i for i, p in enumerate(parts) if p != ":"), 0)
+    if full:    # x[..., 0:8] indexes faster than x[:, :, :, 0:8]
+        parts = ["..."] + parts[full:]
+    return f"{t.name}[{', '.join(parts)}]"
+
+
+def _pad_src(eqn):
+    t, config = eqn.args
+    first = min(i for i, (lo, hi) in enumerate(config) if not (_is_zero(lo) and _is_zero(hi)))
+    widths = [w for lo_hi in reversed(config[first:]) for w in lo_hi]
+    return f"F.pad({t.name}, {render(tuple(widths))}, value={render(eqn.params['value'])})"
+
+
+def _broadcast_src(eqn):
+    t, shape = eqn.args
+    dims = eqn.params["dims"]
+    src = t.name
+    if len(dims) != len(shape):
+        src += "[" + ", ".join(":" if d in dims else "None" for d in range(len(shape))) + "]"
+    keep = {d: s for d, s in zip(dims, t.shape)}
+    sizes = [-1 if d in keep and keep[d] is s else s for d, s in enumerate(shape)]
+    return f"{src}.expand({render(tuple(sizes))})"
+
+
+def _copy_src(eqn):
+    x = eqn.args[0].name
+    if eqn.params["memory_format"] == "contiguous":
+        return f"{x}.clone(memory_format=torch.contiguous_format)"
+    return f"{x}.clone()"
+
+
+TORCH_SOURCE.update({
+    copy_p: _copy_src,
+    broadcast_in_dim_p: _broadcast_src,
+    slice_p: _slice_src,
+    pad_p: _pad_src,
+    cat_p: lambda e: f"torch.cat({render(e.args[0])}, {e.params['dim']})",
+    reshape_p: lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
+    permute_p: lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
+})
 
 
 # ---- copies ---------------------------------------------------------------------------------
@@ -338,150 +393,6 @@ def broadcast_to(input, size):
     return expand(input, size)
 
 
-def _clamp_index(i, size):
-    if i < 0:
-        i = i + size
-        if i < 0:
-            i = 0
-    elif i > size:
-        i = size
-    return i
-
-
-def _slice_bounds(s: slice, size):
-    step = 1 if s.step is None else specialize(s.step)
-    if step <= 0:
-        raise ValueError("slice step must be positive")
-    start = 0 if s.start is None else _clamp_index(s.start, size)
-    stop = size if s.stop is None else _clamp_index(s.stop, size)
-    if stop < start:
-        stop = start
-    return start, stop, step
-
-
-def slice_dims(x, bounds):
-    """One slice prim over all dims; bounds is a list of (start, stop, step); skips identities."""
-    if all(same_size(start, 0) and same_size(stop, size) and step == 1
-           for (start, stop, step), size in zip(bounds, x.shape)):
-        return x
-    starts, stops, steps = zip(*bounds) if bounds else ((), (), ())
-    return bind(slice_p, x, tuple(starts), tuple(stops), tuple(steps))
-
-
-@register(torch.Tensor.__getitem__, methods=("__getitem__",))
-def getitem(x, index):
-    index = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(i, (TensorProxy, torch.Tensor, list)) for i in index):
-        return opaque(torch.Tensor.__getitem__, (x, index), {})
-    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if consumed > x.ndim:
-        raise IndexError(f"too many indices for a tensor of rank {x.ndim}")
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
-        index = index[:at] + (slice(None),) * (x.ndim - consumed) + index[at + 1:]
-    else:
-        index = index + (slice(None),) * (x.ndim - consumed)
-    bounds, dim = [], 0
-    for i in index:
-        if i is None:
-            continue
-        size = x.shape[dim]
-        if isinstance(i, slice):
-            start, stop, step = _slice_bounds(i, size)
-            bounds.append((start, stop, step))
-        else:
-            if not -size <= i < size:
-                raise IndexError(f"index {hint(i)} is out of bounds for dim {dim} of size "
-                                 f"{hint(size)}")
-            start = i + size if i < 0 else i
-            bounds.append((start, start + 1, 1))
-        dim += 1
-    sliced = slice_dims(x, bounds)
-    shape = []
-    for i, size in zip((i for i in index if i is not None), sliced.shape):
-        if isinstance(i, slice):
-            shape.append(size)
-    shape = iter(shape)
-    return reshape(sliced, tuple(1 if i is None else next(shape)
-                                 for i in index if i is None or isinstance(i, slice)))
-
-
-@register(torch.narrow, torch.Tensor.narrow, methods=("narrow",))
-def narrow(input, dim, start, length):
-    d = _dim(dim, input.ndim)
-    if start < 0:       # eager wraps a negative start once (its range was checked)
-        start = start + input.shape[d]
-    return getitem(input, (slice(None),) * d + (slice(start, start + length),))
-
-
-def _pieces(input, d, lengths):
-    """Slices of input along dim d of these lengths, in order (eager's split views); the last
-    ends at the dim's size."""
-    bounds = [(0, s, 1) for s in input.shape]
-    pieces, start = [], 0
-    for k, length in enumerate(lengths):
-        stop = input.shape[d] if k == len(lengths) - 1 else start + length
-        pieces.append(slice_dims(input, bounds[:d] + [(start, stop, 1)] + bounds[d + 1:]))
-        start = stop
-    return tuple(pieces)
-
-
-def _split(input, split_size, dim):
-    """Eager's split: pieces of split_size, the last one shorter, at least one piece. With
-    runtime sizes each comparison is a guard of the entry, so one entry serves every size that
-    gives the same number of pieces."""
-    d = _dim(dim, input.ndim)
-    size, lengths, start = input.shape[d], [], 0
-    while start + split_size < size:
-        lengths.append(split_size)
-        start = start + split_size
-    return _pieces(input, d, lengths + [size - start])
-
-
-@register(torch.split)
-def split(tensor, split_size_or_sections, dim=0):
-    if isinstance(split_size_or_sections, (tuple, list)):
-        return split_with_sizes(tensor, split_size_or_sections, dim)
-    return _split(tensor, split_size_or_sections, dim)
-
-
-@register(torch.Tensor.split, methods=("split",))
-def split_method(self, split_size, dim=0):
-    return split(self, split_size, dim)
-
-
-@register(torch.split_with_sizes, torch.Tensor.split_with_sizes, methods=("split_with_sizes",))
-def split_with_sizes(input, split_sizes, dim=0):
-    d = _dim(dim, input.ndim)
-    total = 0
-    for s in split_sizes:
-        total = total + s
-    if total != input.shape[d]:     # a guard where the dim's size is a runtime one
-        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to "
-                           f"{hint(input.shape[d])}, but got split_sizes={list(split_sizes)}")
-    return _pieces(input, d, list(split_sizes))
-
-
-@register(torch.chunk, torch.Tensor.chunk, methods=("chunk",))
-def chunk(input, chunks, dim=0):
-    """Eager's chunk: split by ceil(size / chunks), so fewer than `chunks` pieces may come
-    back; a dim of size 0 gives `chunks` empty pieces."""
-    d = _dim(dim, input.ndim)
-    size = input.shape[d]
-    if size == 0:
-        return _pieces(input, d, [0] * chunks)
-    return _split(input, (size + chunks - 1) // chunks, d)
-
-
-@register(torch.unbind, torch.Tensor.unbind, methods=("unbind",))
-def unbind(input, dim=0):
-    """One slice per index of the dim, each without the dim (its count is a constant: the
-    dim's size is specialized)."""
-    d = _dim(dim, input.ndim)
-    return tuple(getitem(input, (slice(None),) * d + (i,))
-                 for i in range(specialize(input.shape[d])))
-
-
 def _legacy_empty(t) -> bool:
     """A 1-d tensor of size 0 (`torch.tensor([])`), which eager's cat skips (a KV cache starts as
     one) but for the dtype of the result."""
@@ -548,6 +459,18 @@ def constant_pad(input, pad, value, eager):
     if all(not isinstance(v, IntProxy) and v == 0 for lh in config for v in lh):
         return copy(input)      # eager's zero pad is a clone
     return bind(pad_p, input, tuple(config), value=value)
+
+
+
+@shape_rule(F.pad)
+def _pad_shape(input, pad, mode="constant", value=None):
+    """The shape of an `F.pad` left to torch (a mode other than "constant"): pads of (before,
+    after) widths from the last dim backwards."""
+    shape = list(input.shape)
+    for i in range(len(pad) // 2):
+        d = input.ndim - 1 - i
+        shape[d] = shape[d] + pad[2 * i] + pad[2 * i + 1]
+    return [tuple(shape)]
 
 
 # ---- grad rules -----------------------------------------------------------------------------

@@ -3,7 +3,8 @@ prims (`sum_p`, `amax_p`, `amin_p`, reshaped back for `keepdim`); `softmax`,
 `log_softmax`, `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them
 and elementwise prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16
 input, rounded once to the input's dtype). Anything outside what is modeled here (integer input,
-a `dtype=` argument, an implicit dim) stays an opaque torch call. The grad rules: a sum's
+a `dtype=` argument, an implicit dim) stays an opaque torch call, whose shape rules are here too
+(with those of the reductions left to torch: `prod`, `argmax`, `max(dim)`, norms). The grad rules: a sum's
 gradient broadcast back, amax/amin's split evenly among the elements equal to the result.
 """
 from __future__ import annotations
@@ -15,12 +16,14 @@ import torch.nn.functional as F
 
 from ir.ops.casts import convert, convert_element_type_p
 from ir.ops.movement import broadcast_in_dim_p, reshape_p
-from ir.ops.registry import HANDLERS, define, grad_rule, register
+from ir.ops.opaque import _tensors, equal
+from ir.ops.registry import HANDLERS, TORCH_SOURCE, define, grad_rule, register, shape_rule
 from ir.ops.scalars import meta_dtype
-from ir.ops.shapes import _dim, _same
+from ir.ops.shapes import _dim, _same, broadcast_shape
 from ir.ops.vjp import div, emit, eq, mul
 from ir.proxies import IntProxy, TensorProxy, hint
 from ir.recording import bind, opaque
+from ir.trace import render
 
 _NARROW = (torch.float16, torch.bfloat16)
 
@@ -35,6 +38,8 @@ sum_p = define("sum", "tensor", _reduced_meta)
 amax_p = define("amax", "tensor", _reduced_meta)
 amin_p = define("amin", "tensor", _reduced_meta)
 REDUCTIONS = (sum_p, amax_p, amin_p)
+for _prim in REDUCTIONS:        # as torch runs them: `t0.sum((1,))`
+    TORCH_SOURCE[_prim] = lambda e: f"{e.args[0].name}.{e.prim.name}({render(e.params['dims'])})"
 
 
 def _dims(x, dim) -> tuple:
@@ -228,6 +233,67 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if bias is not None:
         result = HANDLERS[torch.add](result, _upcast(bias))
     return convert(result, input.dtype)
+
+
+# ---- shape rules of the calls left to torch (`ir.ops.opaque`) -------------------------------
+
+def reduced(input, dim, keepdim) -> tuple:
+    """input's shape reduced over `dim` (an int, a sequence of them, or None or () for all)."""
+    listed = dim if isinstance(dim, (tuple, list)) else () if dim is None else (dim,)
+    dims = {_dim(d, input.ndim) for d in listed} or set(range(input.ndim))
+    return tuple(1 if d in dims else s for d, s in enumerate(input.shape)
+                 if keepdim or d not in dims)
+
+
+@shape_rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod", "count_nonzero",
+      "any", "all", "argmax", "argmin")
+def reduction(input, dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule("var", "std")
+def variance(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kwargs):
+    if isinstance(dim, bool):           # var(input, unbiased)
+        dim = None
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule("var_mean", "std_mean")
+def variance_and_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None,
+                      **kwargs):
+    return variance(input, dim, unbiased, keepdim) * 2
+
+
+@shape_rule("max", "min")
+def max_min(input, dim=None, keepdim=False, **kwargs):
+    if isinstance(dim, TensorProxy):        # the binary form: torch.max(a, b)
+        return [broadcast_shape(input.shape, dim.shape)]
+    if dim is None:
+        return [()]
+    shape = reduced(input, dim, keepdim)
+    return [shape, shape]
+
+
+@shape_rule(torch.linalg.vector_norm)
+def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule(torch.norm, torch.Tensor.norm)
+def norm(input, p="fro", dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule(F.layer_norm, torch.layer_norm, F.rms_norm, torch.rms_norm)
+def normalization(input, normalized_shape, weight=None, bias=None, eps=None, *args):
+    normalized = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) \
+        else (normalized_shape,)
+    for a, b in zip(input.shape[input.ndim - len(normalized):], normalized):
+        equal(a, b)
+    for param in _tensors(weight, bias):
+        for a, b in zip(param.shape, normalized):
+            equal(a, b)
+    return [input.shape]
 
 
 # ---- grad rules -----------------------------------------------------------------------------
