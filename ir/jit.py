@@ -65,6 +65,19 @@ class Entry:
     host: tuple = ()    # the host equations (shape queries, size math) the guards may read
 
 
+@dataclasses.dataclass
+class TracedCall:
+    """What tracing fn on one call's arguments gave (`JitFunction.trace`)."""
+    ctx: TraceContext
+    inputs: tuple           # (name, proxy) per parameter of fn
+    outputs: object         # the trace's outputs (state written back included)
+    structure: object       # the containers of fn's outputs (`ir.containers`), or None
+    rebindings: object      # the module slots fn rebound (`ir.module_state`), or None
+    reads: dict             # the module attributes the trace read (`ir.module_attributes`)
+    grad_mode: bool         # at the call
+    final_grad_mode: bool   # the one fn left set
+
+
 _names_taken: dict[str, itertools.count] = {}
 _names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -437,8 +450,9 @@ class JitFunction:
                                  f"arguments; its prologue:\n{entry.prologue}")
         return entry
 
-    def compile(self, args, explaining: bool = False) -> Entry:
-        sources = capture_sources(self.fn)
+    def trace(self, args, sources) -> TracedCall:
+        """Runs fn on proxies of `args` under a new trace (module calls intercepted, module
+        state watched); `sources`: the tensors fn captures (`capture_sources`)."""
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()},
@@ -459,6 +473,15 @@ class JitFunction:
         finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
             final_grad_mode = torch.is_grad_enabled()
             torch.set_grad_enabled(grad_mode)
+        return TracedCall(ctx, inputs, outputs, structure, rebindings, calls.reads, grad_mode,
+                          final_grad_mode)
+
+    def compile(self, args, explaining: bool = False) -> Entry:
+        """Traces fn on `args` and builds their entry: the traces of the passes and executors,
+        the prologue that checks the guards, and the computation that runs."""
+        sources = capture_sources(self.fn)
+        call = self.trace(args, sources)
+        ctx, inputs, outputs, grad_mode = call.ctx, call.inputs, call.outputs, call.grad_mode
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         # implicit inputs: read from their sources at every call
         readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
@@ -492,7 +515,7 @@ class JitFunction:
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
-        traces[-1] = grad_regions.regions(traces[-1], grad_mode, final_grad_mode)
+        traces[-1] = grad_regions.regions(traces[-1], grad_mode, call.final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
                                   keyed=len(inputs) - len(captured),
@@ -502,14 +525,14 @@ class JitFunction:
         computation = compile_trace(traces[-1])
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)
-        if rebindings is not None:
-            computation = module_state.rebinding(computation, rebindings)
-        if structure is not None:
-            computation = containers.rebuilding(computation, structure)
+        if call.rebindings is not None:
+            computation = module_state.rebinding(computation, call.rebindings)
+        if call.structure is not None:
+            computation = containers.rebuilding(computation, call.structure)
         if arguments is not None:
             prologue, computation = _taking_arguments(prologue, computation, arguments)
-        prologue = module_attributes.guarded(prologue, calls.reads, self.module)
-        cctx.extra["module_attributes"] = calls.reads
+        prologue = module_attributes.guarded(prologue, call.reads, self.module)
+        cctx.extra["module_attributes"] = call.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward, arguments=arguments, host=tuple(host))
 
