@@ -4,12 +4,12 @@ In grad mode, each fusion call whose inputs need grad (`t3 = rope_fusion_0(x, co
 a call of a `DifferentiableUnit`, a `torch.autograd.Function` whose forward runs the fused kernel
 and whose backward runs a backward trace. The backward trace is built from the grad rules
 (`ir.ops.registry.GRAD_RULES`) over the group's prims, reading the group's outputs where the rules
-read them (a sigmoid's, tanh's or exp's output, as eager's formulas save it) and recomputing everything else
-from the group's inputs, then run through the same passes and executors as a forward trace: the
-Triton executor fuses it, and the vectorization analysis gives its accesses their width. Only the
-inputs and outputs that trace reads are saved (never an intermediate: fp32 values are recomputed
-in the backward kernel), and only inputs that need grad get a gradient. Everything outside fusion
-groups runs on torch, which records its backward as eager does.
+read them (a sigmoid's, tanh's or exp's output, as eager's formulas save it) and recomputing
+everything else from the group's inputs, then run through the same passes and executors as a
+forward trace: the Triton executor fuses it, and the vectorization analysis gives its accesses
+their width. Only the inputs and outputs that trace reads are saved (never an intermediate: fp32
+values are recomputed in the backward kernel), and only inputs that need grad get a gradient.
+Everything outside fusion groups runs on torch, which records its backward as eager does.
 
 Limits: double backward (`create_graph=True`) through a unit raises a clear error.
 """

@@ -10,8 +10,8 @@ view scatters the new values into the root, and every other view of that root is
 from the new root when it is next used (as eager's views see the change).
 
 Which ops return views is eager's answer: the op runs on a meta tensor laid out as the tensor
-(`ir.ops.movement.layout_meta`), and a result that shares its storage is a view. Errors are eager's: the
-in-place op itself runs on empty tensors first (a dtype it cannot cast to, a shape it cannot
+(`ir.ops.movement.layout_meta`), and a result that shares its storage is a view. Errors are
+eager's: the in-place op itself runs on empty tensors first (a dtype it cannot cast to, a shape it cannot
 broadcast to), a write into an overlapping layout (an expanded view) or into a leaf that requires
 grad raises eager's own exception.
 
@@ -115,7 +115,8 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
         _sibling_view_error(modify_base=False)
     value = ctx.run(_fit, ctx, target, value)
     if id(root) in ctx.input_layouts and any(v.base is root for v in m.views.values()):
-        ctx.run(movement.layout_meta, root)      # guards it: which ops made views depends on its layout
+        # guards it: which ops made views depends on its layout
+        ctx.run(movement.layout_meta, root)
     if view is None:
         m.values[id(root)] = (root, value)
     else:

@@ -4,8 +4,8 @@ name (`prims.pad`, `prims.PRIMS["add"]`), gathered from the op families that def
 Each prim is a named object (`ir.ops.registry.Prim`) with a meta rule (output shapes and dtypes
 from input metadata) and a default printer, defined in the module of its family together with
 its torch mapping, shape rules and grad rules (`ir.ops.host`, `elementwise`, `clamp`, `casts`,
-`movement`, `indexing`, `factories`, `reductions`, `opaque`, `queries`). Importing this module imports every
-family, which fills the tables of `ir.ops.registry` that the tracer and the passes read.
+`movement`, `indexing`, `factories`, `reductions`, `opaque`, `queries`). Importing this module
+imports every family, which fills the tables of `ir.ops.registry` that the tracer and the passes read.
 """
 from ir.ops import indexing, queries  # noqa: F401  (torch mappings without prims of their own)
 from ir.ops.casts import convert_element_type_p as convert_element_type

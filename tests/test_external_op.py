@@ -32,7 +32,8 @@ def softsign(x):
 
 def register_softsign():
     """Every registration of the op, on both floors; returns its prim."""
-    softsign_p = registry.define("softsign", "elementwise", lambda x: [(x.shape, x.dtype, x.device)])
+    softsign_p = registry.define("softsign", "elementwise",
+                                 lambda x: [(x.shape, x.dtype, x.device)])
 
     @registry.register(softsign)
     def trace_softsign(x):
@@ -51,7 +52,9 @@ def register_softsign():
         denominator = vjp.add(1, vjp.op("abs")(x))
         return [(x, vjp.div(ct, vjp.mul(denominator, denominator)))]
 
-    registry.torch_source(softsign_p)(lambda eqn: f"{eqn.args[0].name} / (1 + {eqn.args[0].name}.abs())")
+    @registry.torch_source(softsign_p)
+    def softsign_source(eqn):
+        return f"{eqn.args[0].name} / (1 + {eqn.args[0].name}.abs())"
 
     def lower_softsign(w, eqn, idx, mask, path):
         """In fp32, an fp16/bf16 result rounded once to its dtype."""

@@ -29,7 +29,8 @@ full_p = define("full", "tensor",
                 lambda shape, *, value, dtype, device: [(tuple(shape), dtype, device)])
 TORCH_SOURCE.update({
     full_p: lambda e: (f"torch.full({render(e.args[0])}, {render(e.params['value'])}, "
-                       f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
+                       f"dtype={render(e.params['dtype'])}, "
+                       f"device={render(e.params['device'])})"),
     arange_p: lambda e: (f"torch.arange({', '.join(render(a) for a in e.args)}, "
                          f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
 })

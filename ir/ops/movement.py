@@ -360,7 +360,7 @@ def transpose(input, dim0, dim1):
 
 
 @register(torch.Tensor.t, torch.t, methods=("t",))
-def t(x):      # x.ndim <= 2: eager's check ran first (`tracing.eager_checks`)
+def t(x):      # x.ndim <= 2: eager's check ran first (`dispatch.eager_checks`)
     return transpose(x, 0, 1) if x.ndim == 2 else x
 
 

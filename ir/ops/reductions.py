@@ -1,11 +1,11 @@
 """Reductions as decompositions into prims: `sum`, `mean`, `amax`/`amin` record the reduction
-prims (`sum_p`, `amax_p`, `amin_p`, reshaped back for `keepdim`); `softmax`,
-`log_softmax`, `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them
-and elementwise prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16
-input, rounded once to the input's dtype). Anything outside what is modeled here (integer input,
-a `dtype=` argument, an implicit dim) stays an opaque torch call, whose shape rules are here too
-(with those of the reductions left to torch: `prod`, `argmax`, `max(dim)`, norms). The grad rules: a sum's
-gradient broadcast back, amax/amin's split evenly among the elements equal to the result.
+prims (`sum_p`, `amax_p`, `amin_p`, reshaped back for `keepdim`); `softmax`, `log_softmax`,
+`logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them and elementwise
+prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16 input, rounded once to
+the input's dtype). Anything outside what is modeled here (integer input, a `dtype=` argument,
+an implicit dim) stays an opaque torch call, whose shape rules are here too (with those of the
+reductions left to torch: `prod`, `argmax`, `max(dim)`, norms). The grad rules: a sum's gradient
+broadcast back, amax/amin's split evenly among the elements equal to the result.
 """
 from __future__ import annotations
 

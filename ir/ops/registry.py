@@ -12,8 +12,8 @@ The tables are empty here. Each module of `ir.ops` fills them for one op family 
 - `SHAPE_RULES`: torch callables left to torch (opaque calls) -> their symbolic output shapes
   (`shape_rule`; `output_shapes` reads it).
 - `TORCH_SOURCE`: `Prim` -> `(eqn) -> str`, the Python source of the right-hand side with which
-  the torch executor runs the equation (`torch_source`; a prim without one runs as the torch function of
-  its name, `torch.exp(t0)`, binary operators infix).
+  the torch executor runs the equation (`torch_source`; a prim without one runs as the torch
+  function of its name, `torch.exp(t0)`, binary operators infix).
 - `GRAD_RULES`: `Prim` -> `rule(eqn, cts) -> [(input, cotangent), ...]`, its vector-Jacobian
   product written as prims (`grad_rule`; `ir.autodiff` reads it): `cts` holds one cotangent per
   output of `eqn` (None where no gradient reaches it), and the rule returns a cotangent for each
