@@ -3,7 +3,6 @@ a docstring saying each file's role, no long function without a reason, `ir` nev
 executor, and each op family standing together: a prim's grad rule and torch source are
 registered by the module that defines the prim (`ir/ops/<family>.py`)."""
 import ast
-import pathlib
 
 import pytest
 
