@@ -52,6 +52,12 @@ def test_a_long_function_is_found_unless_it_says_why(tmp_path):
     assert long_functions([path], root=tmp_path) == [f"m.py:f ({MAX_FUNCTION_LINES + 1} lines)"]
 
 
+def test_the_op_families_never_name_an_executor_but_torch():
+    # a new op is one place per floor: the executors' own rules live on their floor
+    for path in sorted((IR / "ops").glob("*.py")):
+        assert "triton" not in path.read_text().lower(), path.name
+
+
 def test_ir_imports_no_executor():
     for path in FILES:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -28,8 +28,8 @@ from ir.trace import render
 _NARROW = (torch.float16, torch.bfloat16)
 
 
-# Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after): the
-# Triton executor fuses those over the innermost dims, torch runs the others.
+# Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after); an
+# executor may fuse those it can (over the innermost dims), torch runs the others.
 def _reduced_meta(t, *, dims):
     return _same(t, shape=[s for d, s in enumerate(t.shape) if d not in dims])
 
