@@ -18,10 +18,10 @@ import weakref
 
 import torch
 
-from torch.utils import _pytree as pytree
-
 from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
                 module_calls, module_state, modules, passes, recompiles, transforms, write_back)
+from ir.cache_keys import UnsupportedArgument, arg_key
+from ir.captures import _reader, _taking_arguments, _trace_arguments, capture_sources
 from ir.containers import Keywords
 from ir.executors import (CompileContext, Executor, claim, compile_trace, get_executor,
                           torch_executor)
@@ -37,7 +37,6 @@ DEFAULT_CACHE_LIMIT = 8
 _P = inspect.Parameter
 _POSITIONAL, _POSITIONAL_ONLY = _P.POSITIONAL_OR_KEYWORD, _P.POSITIONAL_ONLY
 _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = _P.VAR_POSITIONAL, _P.KEYWORD_ONLY, _P.VAR_KEYWORD
-_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
 _COMPILE_LOCK = threading.RLock()
 
@@ -105,48 +104,6 @@ def function_name(fn) -> str:
     return name
 
 
-class UnsupportedArgument(TypeError):
-    pass
-
-
-def _tensor_key(t: torch.Tensor, constant: bool):
-    if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-        raise transforms.subclass_reason(t)
-    if t.is_complex() or t.layout is not torch.strided:
-        raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
-    return (t.dtype, t.shape if constant else t.ndim)
-
-
-def float_identity(x: float) -> str:
-    """A float argument's identity for keys and guards: its bits (0.0 and -0.0 differ, and NaN is
-    NaN), where == would merge 0.0 with -0.0 and miss NaN on every call."""
-    return "nan" if x != x else x.hex()
-
-
-def arg_key(a, constant: bool, nested: bool = False):
-    """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
-    kind = type(a)
-    if kind is torch.Tensor and a.layout is torch.strided:   # the common cases first, kept short
-        return (a.dtype, a.shape if constant else a.ndim)
-    if kind is int:
-        return (int, a) if constant else int
-    if isinstance(a, torch.Tensor):
-        return _tensor_key(a, constant)
-    if kind is float:       # a runtime value in symbolic mode
-        return (float, float_identity(a)) if constant else float
-    if isinstance(a, _SCALARS):
-        return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
-    if nested or pytree.tree_is_leaf(a):
-        raise UnsupportedArgument(f"{type(a).__name__} arguments"
-                                  f"{' inside a container' if nested else ''} are not supported")
-    if containers.is_shallow(a):    # a tuple, list or **kwargs of leaves: passed as it is
-        if kind is Keywords:
-            return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
-        return (kind, tuple(arg_key(x, constant, True) for x in a))
-    leaves, structure = pytree.tree_flatten(a)      # any other container: passed flat
-    return (structure, tuple(arg_key(x, constant, True) for x in leaves))
-
-
 def _resolved(proxy):
     """What the traced function receives for an argument: a view with the negative bit (e.g.
     `z.conj().imag`) is resolved first (a torch op of the trace), so no kernel reads its raw
@@ -179,60 +136,6 @@ def _paired_values(inputs, args) -> dict:
     for (_, proxy), a in zip(inputs, args):
         _pair_values(proxy, a, values)
     return values
-
-
-def capture_sources(fn) -> dict:
-    """name -> (tensor, reader) for the tensors fn reads from its closure and its globals, and
-    for a bound method of a module, its module's parameters and buffers (`ir.modules`);
-    `reader()` reads the name's current value, as a call of fn would."""
-    code, found = getattr(fn, "__code__", None), {}
-    owner = modules.owner_module(fn)
-    if owner is not None:
-        found.update(modules.state_sources(owner))
-    if code is None:
-        return found
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:      # a cell not filled yet
-            continue
-        if isinstance(value, torch.Tensor) and name not in found:
-            found[name] = (value, lambda cell=cell: cell.cell_contents)
-    for name in code.co_names:
-        value = fn.__globals__.get(name)
-        if isinstance(value, torch.Tensor) and name not in found:
-            found[name] = (value, lambda g=fn.__globals__, name=name: g.get(name))
-    return found
-
-
-def _reader(sources, source, tensor):
-    """How a call reads a captured tensor: from its source (closure cell, global, module),
-    else the object."""
-    if source is not None:
-        return sources[source][1]
-    return lambda: tensor
-
-
-def _trace_arguments(deep: list[int], readers):
-    """fn's arguments -> the traces' inputs: the deep containers at positions `deep` flat
-    (`ir.containers`), then the implicit inputs read from their sources."""
-    flat = containers.flat_argument
-
-    def arguments(args):
-        if deep:
-            args = [flat(a) if i in deep else a for i, a in enumerate(args)]
-        return (*args, *[read_one() for read_one in readers])
-    return arguments
-
-
-def _taking_arguments(prologue, computation, arguments):
-    """The prologue and computation of an entry whose traces take `arguments(args)`, taking
-    fn's arguments."""
-    def taking(fn):
-        return lambda *args: fn(*arguments(args))
-    return (dataclasses.replace(prologue, fn=taking(prologue.fn),
-                                after_key=taking(prologue.after_key)),
-            taking(computation))
 
 
 class JitFunction:
