@@ -462,6 +462,8 @@ def constant_pad(input, pad, value, eager):
 
 
 
+# ---- shape rule of the calls left to torch (`ir.ops.opaque`) --------------------------------
+
 @shape_rule(F.pad)
 def _pad_shape(input, pad, mode="constant", value=None):
     """The shape of an `F.pad` left to torch (a mode other than "constant"): pads of (before,

@@ -371,7 +371,7 @@ for _n in (1, 2, 3):        # F.max_pool2d and its kin reach the tracer under th
     rule(f"adaptive_max_pool{_n}d_with_indices")(_adaptive_pool(_n, indices=True))
 
 
-# ---- embedding, attention -----------------------------------------------------
+# ---- embedding, attention -------------------------------------------------------------------
 
 @rule(F.embedding)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,

@@ -245,8 +245,8 @@ def reduced(input, dim, keepdim) -> tuple:
                  if keepdim or d not in dims)
 
 
-@shape_rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod", "count_nonzero",
-      "any", "all", "argmax", "argmin")
+@shape_rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod",
+            "count_nonzero", "any", "all", "argmax", "argmin")
 def reduction(input, dim=None, keepdim=False, **kwargs):
     return [reduced(input, dim, keepdim)]
 
