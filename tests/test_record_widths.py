@@ -5,8 +5,10 @@ analysis (`record.analysis_width`) equals the width of the `ld.global`/`st.globa
 offline sm_90 compile makes of that access (`record.vector_width`, matched by source line), in
 both directions. The one allowed difference: a load whose address does not walk the columns
 linearly, for which the analysis says 1, and which Triton may still prove wider: along the
-tile's rows (a transposed read), or, on Triton 3.9 but not 3.6, through `cols % n` with n of
-known divisibility (a symbolic reshape merging inner dims).
+tile's rows where the analysis does not state it (a transposed read through a reshape), or, on
+Triton 3.9 but not 3.6, through `cols % n` with n of known divisibility (a symbolic reshape
+merging inner dims). A load contiguous along the rows of a transpose's 2-D tile is stated along
+the rows (`Access.axis`) and must match.
 
 Each compiled access is attributed to the access that emitted it by its own source line (the
 LLVM IR's debug locations), whatever code motion the writer does: loop kernels, whose loads of
@@ -112,16 +114,17 @@ def test_the_check_can_fail():
         load.width = 4
 
 
-def test_a_transposed_load_is_vectorized_along_the_rows():
-    """The one difference allowed: Triton vectorizes a load contiguous along the outer index."""
+def test_a_transposed_load_is_stated_wide_along_the_rows():
+    """A load contiguous along the outer index (a transpose's): the analysis states its width
+    along the tile's rows (it said 1, and Triton widened it), as the compiled kernel does."""
     jfn = ir.jit(lambda x: x.t() * 2, executors=["triton"])
     x = torch.randn(4, 64)
     torch.testing.assert_close(jfn(x), x.t() * 2)
     (record,) = triton_exec.last_kernels(jfn)
     (load,) = [a for a in record.lowered.accesses if a.kind == "load"]
-    assert not load.along_cols and load.width == 1
-    assert record.vector_width[load.label] > 1
-    assert check_widths(record) == ["a load not walking the columns linearly, widened by Triton",
+    assert not load.along_cols and load.axis == "rows" and load.width == 4
+    assert record.vector_width == record.analysis_width
+    assert check_widths(record) == ["load width 4: as the analysis says",
                                     "store width 4: as the analysis says"]
 
 

@@ -45,6 +45,7 @@ def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) ->
     are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
     chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
     w.rows, w.cols, w.pairs, w.loop = tile.rows, tile.cols, tile.pairs, tile.loop
+    w.row_axis = tile.row_axis
     w.column_leaves.append(tile.cols)
     w.lines.append(_tile_comment(tile, w, chunks))
     _tile_indices(group, tile, w, chunks)
@@ -67,6 +68,9 @@ def _tile_comment(tile: Tile, w: KernelWriter, chunks) -> str:
     rows_walk = ("ROWS walks the other outer dims" if loop is None or len(tile.sizes) > 2
                  else "no other outer dim: one row")
     looped = f"; dim {loop.dim} is walked by a loop in each program, {rows_walk}" if loop else ""
+    if tile.row_axis is not None:
+        looped += (f"; ROWS walk dim {tile.row_axis.dim} fastest: a 2-D tile, loads contiguous "
+                   f"along it are wide along the rows, the stores along the columns")
     if tile.pairs is None:
         return (f"# Tile [ROWS, COLS] of the output domain [{domain}]; COLS walks the innermost "
                 f"dim" + (" (whole, in column chunks: over each every cat/pad/slice boundary "
