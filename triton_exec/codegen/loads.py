@@ -60,6 +60,9 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
                     if t.ndim else 0)
     walks = bool(idx) and t.ndim and index.coefficient(idx[-1], w.cols) == 1
     inner_path, axis = path if walks else path.broken(), "cols"
+    if walks and w.shifted_cols and path.contiguous:    # a load-aligned column chunk: the
+        # width is read from the index (the chunk's start, off the vector's multiples, is in it)
+        inner_path = Path(min(index.aligned_run(idx[-1], mask, w.cols), vectorize.DIVISOR_CAP))
     if not walks and inner_stride == 1 and t.ndim and not is_constant(t.shape[-1], 1):
         w.across.append((idx[-1], example.element_size()))
         along_rows = w.row_axis and w.row_axis.gcd(idx[-1], index.add(*terms[:-1]), mask)
