@@ -1,0 +1,127 @@
+"""2-D tiles for transposes: a load contiguous along an outer dim of the output (NHWC read into
+NCHW, `x.permute(0, 2, 1).contiguous()`) is wide along the tile's rows, the stores along its
+columns, each access's width and axis stated by the analysis (`Access.axis`).
+
+Over generated permutes of rank 2-4 with elementwise work before and after (an operand in the
+output's layout, a per-channel scale broadcast along the others), in fp32 and bf16 and both
+cache modes, on inputs laid out contiguous, at an offset, permuted or strided: the values and
+gradients are eager's bit for bit, every access's width is the compiled kernel's (sm_90, read
+per access from the LLVM IR; `test_record_widths.check_widths`), and on contiguous inputs
+without size-1 dims each load and store is as wide as the contiguous extent on its own side
+allows: 16 bytes where it is a multiple of the vector, the loads along the rows and the stores
+along the columns. The
+soak: TRANSPOSE_EXAMPLES=300 HYPOTHESIS_PROFILE=explore (as tests/run.sh runs it).
+"""
+import math
+import os
+
+import pytest
+import torch
+from hypothesis import event, given, note, settings
+from hypothesis import strategies as st
+
+import ir
+import triton_exec
+from semantics import assert_bits_equal, laid_out
+from test_record_widths import check_widths
+
+EXAMPLES = int(os.environ.get("TRANSPOSE_EXAMPLES", "12"))
+MODES = ("constant values", "symbolic values")
+SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+
+
+@st.composite
+def transposes(draw):
+    """(shape, perm, dtype, scaled, added): a permute of a rank 2-4 tensor whose innermost dim
+    moves, optionally scaled by a tensor broadcast along all dims but the input's innermost
+    before it (a ConvNeXt gamma) and added to a tensor of the output's shape after it."""
+    rank = draw(st.integers(2, 4))
+    shape = tuple(draw(st.sampled_from(SIZES)) for _ in range(rank))
+    perm = tuple(draw(st.permutations(range(rank)).filter(lambda p: p[-1] != rank - 1)))
+    return (shape, perm, draw(st.sampled_from([torch.float32, torch.bfloat16])),
+            draw(st.booleans()), draw(st.booleans()))
+
+
+def _program(perm, scaled: bool, added: bool):
+    def program(x, gamma, other):
+        y = (x * gamma if scaled else x * 2).permute(perm)
+        return y + other if added else y.contiguous()
+    return program
+
+
+def _pow2(n: int) -> int:
+    return n & -n
+
+
+def _expected_width(extent: int, itemsize: int) -> int:
+    """The widest access along a contiguous extent: 16 bytes, or as many elements as divide it."""
+    return 1 if extent == 1 else math.gcd(16 // itemsize, _pow2(extent))
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=transposes(), mode=st.sampled_from(MODES), contiguous=st.booleans(), data=st.data())
+def test_transposes_are_wide_on_both_sides(case, mode, contiguous, data):
+    shape, perm, dtype, scaled, added = case
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    x = x if contiguous else data.draw(laid_out(x))
+    gamma = torch.randn(shape[-1], generator=g).to(dtype)
+    out_shape = tuple(shape[p] for p in perm)
+    other = torch.randn(out_shape, generator=g).to(dtype)
+    note(f"{shape} {perm} {dtype} stride {x.stride()} scaled {scaled} added {added} {mode}")
+    fn = _program(perm, scaled, added)
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
+    x.requires_grad_()
+    expected, result = fn(x, gamma, other), jfn(x, gamma, other)
+    assert_bits_equal(result, expected)
+    dy = torch.randn(out_shape, generator=g).to(dtype)
+    (want,) = torch.autograd.grad(expected, x, dy)
+    (got,) = torch.autograd.grad(result, x, dy)
+    assert_bits_equal(got, want)
+    for record in triton_exec.last_kernels(jfn):
+        event(f"{record.direction}: row axis {record.lowered.row_axis is not None}")
+        if "full_cols" in record.source:    # pair tiling (an output ending in 2): not ours
+            continue
+        for seen in check_widths(record):
+            event(seen)
+    forward = [r for r in triton_exec.last_kernels(jfn) if r.direction == "forward"]
+    # size-1 dims move nothing; an output ending in 2 is tiled by pairs (`pairs`), whose
+    # transposed loads the analysis leaves to Triton (`check_widths`)
+    if not contiguous or min(shape) == 1 or out_shape[-1] == 2 or len(forward) != 1:
+        return
+    (record,) = forward
+    assert record.vector_width == record.analysis_width, record.source
+    itemsize = x.element_size()
+    for access in record.lowered.accesses:
+        if access.tensor == "x":            # contiguous along its innermost dim
+            assert access.width == _expected_width(shape[-1], itemsize), (access, record.source)
+            if access.width > 1:
+                assert access.axis == "rows" and record.lowered.row_axis is not None
+        elif access.kind == "store":        # contiguous along the output's inner dims (more
+            # than the innermost where they are also contiguous in x: merged)
+            assert access.width % _expected_width(out_shape[-1], itemsize) == 0, (
+                access, record.source)
+            assert access.axis == "cols"
+
+
+def convnext_tail(shortcut, y, gamma):
+    """ConvNeXt's block tail: the NHWC branch scaled per channel, added to the NCHW shortcut."""
+    return shortcut + (y * gamma).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_convnext_tail_is_one_2d_tile_at_16_bytes(dtype, mode):
+    g = torch.Generator().manual_seed(0)
+    shortcut = torch.randn(2, 32, 8, 8, generator=g).to(dtype)
+    y = torch.randn(2, 8, 8, 32, generator=g).to(dtype)
+    gamma = torch.randn(32, generator=g).to(dtype)
+    jfn = ir.jit(convnext_tail, executors=["triton"], cache=mode)
+    assert_bits_equal(jfn(shortcut, y, gamma), convnext_tail(shortcut, y, gamma))
+    (record,) = triton_exec.last_kernels(jfn)
+    assert record.lowered.row_axis == 1            # ROWS walk the channels fastest
+    axes = record.lowered.vector_axis
+    assert axes["load 1 y (plain)"] == "rows" and axes["store 3 t3 (output)"] == "cols"
+    widths = record.access_widths(arch=90)
+    assert set(widths["ld"]) == {16} and set(widths["st"]) == {16}, widths
+    assert record.vector_width == record.analysis_width
