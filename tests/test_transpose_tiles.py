@@ -142,3 +142,15 @@ def test_a_2d_tile_keeps_rows_for_its_loads_along_the_rows():
     space = autotune.config_space(record.config, 2 * 32, 8, 64, min_rows=row_width)
     assert len(space) > 1 and all(c.rows >= row_width for c in space)
     assert any(c.rows < row_width for c in autotune.config_space(record.config, 2 * 32, 8, 64))
+
+
+def test_a_broadcast_scale_does_not_make_a_2d_tile():
+    """A per-channel scale broadcast over an NCHW tensor is contiguous along the channels, an
+    outer dim, but small (read from cache): the rows keep their order, the tile its columns."""
+    x, w = torch.randn(2, 8, 4, 16), torch.randn(8)
+    fn = lambda x, w: x * w[:, None, None] + 1       # noqa: E731
+    jfn = ir.jit(fn, executors=["triton"])
+    assert_bits_equal(jfn(x, w), fn(x, w))
+    (record,) = triton_exec.last_kernels(jfn)
+    assert record.lowered.row_axis is None
+    assert record.vector_width == record.analysis_width

@@ -64,7 +64,7 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         # width is read from the index (the chunk's start, off the vector's multiples, is in it)
         inner_path = Path(min(index.aligned_run(idx[-1], mask, w.cols), vectorize.DIVISOR_CAP))
     if not walks and inner_stride == 1 and t.ndim and not is_constant(t.shape[-1], 1):
-        w.across.append((idx[-1], example.element_size()))
+        w.across.append((idx[-1], example.element_size() * example.numel()))
         along_rows = w.row_axis and w.row_axis.gcd(idx[-1], index.add(*terms[:-1]), mask)
         if along_rows:      # contiguous along the rows of a transpose's tile
             inner_path, axis = Path(along_rows), "rows"

@@ -58,8 +58,9 @@ class KernelWriter:
         self.pairs = None                   # pair tiling (`pairs.Pairs`), or None
         self.loop = None                    # the loop over an outer dim (`tile_plan.Loop`)
         self.row_axis = None                # the outer dim ROWS walk fastest (`row_axis`)
-        self.across: list = []              # (innermost index, itemsize) of each load whose
-                                            # contiguous innermost dim the columns do not walk
+        self.across: list = []              # (innermost index, bytes of the tensor) of each
+                                            # load whose contiguous innermost dim the columns
+                                            # do not walk
         self.row = None                     # the row plan's tile, read by reductions
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
