@@ -345,10 +345,11 @@ def cases(quick: bool) -> list[Case]:
              "y [64, 56, 56, 96] bf16", convnext_tail,
              (_empty(64, 96, 56, 56), _empty(64, 56, 56, 96), _empty(96)), hand=_tail_hand,
              small=(_randn(2, 8, 4, 4), _randn(2, 4, 4, 8, seed=1), _randn(8, seed=2))),
-        Case("TF 'same' pad F.pad(x, (0, 1, 0, 1)) (EfficientNet), [64, 96, 56, 56] bf16",
-             pad_same, (_empty(64, 96, 56, 56),), hand=_pad_same_hand,
-             small=(_randn(2, 3, 8, 8),)),
     ]
+    out += [Case(f"TF 'same' pad F.pad(x, (0, 1, 0, 1)) (EfficientNet), [64, 96, 56, 56] {name}",
+                 pad_same, (_empty(64, 96, 56, 56, dtype=dtype),), hand=_pad_same_hand,
+                 small=(_randn(2, 3, 8, 8, dtype=dtype),))
+            for dtype, name in ((BF16, "bf16"), (torch.float32, "fp32"))]
     return out
 
 

@@ -23,31 +23,12 @@ from hypothesis import strategies as st
 import ir
 import triton_exec
 from triton_exec import autotune, launch
+from programs import transpose_program, transposes
 from semantics import assert_bits_equal, laid_out
 from test_record_widths import check_widths
 
 EXAMPLES = int(os.environ.get("TRANSPOSE_EXAMPLES", "12"))
 MODES = ("constant values", "symbolic values")
-SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
-
-
-@st.composite
-def transposes(draw):
-    """(shape, perm, dtype, scaled, added): a permute of a rank 2-4 tensor whose innermost dim
-    moves, optionally scaled by a tensor broadcast along all dims but the input's innermost
-    before it (a ConvNeXt gamma) and added to a tensor of the output's shape after it."""
-    rank = draw(st.integers(2, 4))
-    shape = tuple(draw(st.sampled_from(SIZES)) for _ in range(rank))
-    perm = tuple(draw(st.permutations(range(rank)).filter(lambda p: p[-1] != rank - 1)))
-    return (shape, perm, draw(st.sampled_from([torch.float32, torch.bfloat16])),
-            draw(st.booleans()), draw(st.booleans()))
-
-
-def _program(perm, scaled: bool, added: bool):
-    def program(x, gamma, other):
-        y = (x * gamma if scaled else x * 2).permute(perm)
-        return y + other if added else y.contiguous()
-    return program
 
 
 def _pow2(n: int) -> int:
@@ -70,7 +51,7 @@ def test_transposes_are_wide_on_both_sides(case, mode, contiguous, data):
     out_shape = tuple(shape[p] for p in perm)
     other = torch.randn(out_shape, generator=g).to(dtype)
     note(f"{shape} {perm} {dtype} stride {x.stride()} scaled {scaled} added {added} {mode}")
-    fn = _program(perm, scaled, added)
+    fn = transpose_program(perm, scaled, added)
     jfn = ir.jit(fn, executors=["triton"], cache=mode)
     x.requires_grad_()
     expected, result = fn(x, gamma, other), jfn(x, gamma, other)
