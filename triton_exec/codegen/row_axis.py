@@ -48,27 +48,27 @@ class RowAxis:
         return g
 
     def _atom(self, atom: index.Less) -> int:
-        """What a mask atom that varies along the rows allows."""
+        """What a mask atom that varies along the rows allows (1: nothing wider)."""
         if atom.b.deps & _VARYING:
-            return 0
+            return 1
         if atom.a == self.rows:                             # the domain's `rows < R`
             return atom.b.divisor
         shift = index.add(atom.a, index.mul(self.fast, -1))
         if not shift.deps & _VARYING:                       # `fast + k < b`
             return index.add(atom.b, index.mul(shift, -1)).divisor
-        return 0 if atom.a.deps & {"col_arange"} else self._constant_runs(atom.a)
+        return 1 if atom.a.deps & {"col_arange"} else self._constant_runs(atom.a)
 
     def _constant_runs(self, e: index.Expr) -> int:
         """A power of two d such that e is constant over aligned runs of d rows, as Triton's
-        analysis of `rows // B` sees it (B's divisor); 0 where e varies otherwise."""
+        analysis of `rows // B` sees it (B's divisor); 1 where e varies otherwise."""
         if not e.deps & {"row_arange"}:
             return index.DIVISOR_LIMIT
         if isinstance(e, index.FloorDiv) and e.a == self.rows:
-            return e.b.divisor if not e.b.deps & _VARYING else 0
+            return e.b.divisor if not e.b.deps & _VARYING else 1
         if isinstance(e, index.Sum):
             return math.gcd(*(self._constant_runs(t) for t, _ in e.terms))
         if isinstance(e, (index.Prod, index.Mod)):
             return math.gcd(self._constant_runs(e.a), self._constant_runs(e.b))
         if isinstance(e, index.Wide):
             return self._constant_runs(e.a)
-        return 0
+        return 1
