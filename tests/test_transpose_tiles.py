@@ -113,16 +113,16 @@ def test_a_2d_tile_keeps_rows_for_its_loads_along_the_rows():
     """The launch heuristic and the autotuner's space keep ROWS at least the widest load along
     the rows (a thread holds a vector along them), COLS at most `TRANSPOSE_COLS`."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 8, 8, 32, generator=g).bfloat16()
+    x = torch.randn(2, 4, 64, 32, generator=g).bfloat16()
     jfn = ir.jit(lambda x: (x * 2).permute(0, 3, 1, 2).contiguous(), executors=["triton"])
     assert_bits_equal(jfn(x), (x * 2).permute(0, 3, 1, 2).contiguous())
     (record,) = triton_exec.last_kernels(jfn)
     row_width = max(a.width for a in record.lowered.accesses if a.axis == "rows")
     assert row_width == 8 and record.config.rows >= 8
     assert record.config.cols <= launch.TRANSPOSE_COLS
-    space = autotune.config_space(record.config, 2 * 32, 8, 64, min_rows=row_width)
+    space = autotune.config_space(record.config, 2 * 32 * 4, 8, 64, min_rows=row_width)
     assert len(space) > 1 and all(c.rows >= row_width for c in space)
-    assert any(c.rows < row_width for c in autotune.config_space(record.config, 2 * 32, 8, 64))
+    assert any(c.rows < row_width for c in autotune.config_space(record.config, 2 * 32 * 4, 8, 64))
 
 
 def test_a_broadcast_scale_does_not_make_a_2d_tile():
