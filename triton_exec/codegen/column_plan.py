@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from triton_exec import index
+from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.assembly import build, kernel_writer
 from triton_exec.codegen.kernel_types import known
@@ -94,9 +94,9 @@ def plan_columns(group: Group, vectorize_enabled: bool) -> list | None:
     """The column chunks of the kernel (see `plan_chunks`): from the boundaries of the whole
     kernel, then once more with those of the chunked one (a boundary a chunk's bounds reveal:
     a pad inside a head once the reshape's division by the head size folds); or the chunks that
-start at the boundaries themselves (`plan_chunks`' `shifted`) where they take fewer accesses
-per row: the loads of a symmetric pad's aligned input rows wide, its stores as the odd start
-allows, rather than both as narrow as the pad's width makes them."""
+start at the boundaries themselves (`plan_chunks`' `shifted`) where they make the narrowest
+load wider in no more accesses per row: the loads of a symmetric pad's aligned input rows wide,
+its stores as the odd start allows, rather than both as narrow as the pad's width makes them."""
     boundaries = column_boundaries(group, vectorize_enabled)
     chunks = plan_chunks(group, boundaries)
     if chunks is None:
@@ -104,21 +104,23 @@ allows, rather than both as narrow as the pad's width makes them."""
     finer = plan_chunks(group, boundaries | column_boundaries(group, vectorize_enabled, chunks))
     chunks = finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
     shifted = plan_chunks(group, boundaries, shifted=True)
-    if (chunks is not None and vectorize_enabled and shifted != chunks
-            and len(shifted) <= MAX_CHUNKS
-            and _accesses_per_row(group, shifted) < _accesses_per_row(group, chunks)):
-        return shifted
-    return chunks
+    if chunks is None or not vectorize_enabled or shifted == chunks or len(shifted) > MAX_CHUNKS:
+        return chunks
+    (count, narrowest), (shifted_count, shifted_narrowest) = (
+        _load_widths(group, plan) for plan in (chunks, shifted))
+    return shifted if shifted_narrowest > narrowest and shifted_count <= count else chunks
 
 
-def _accesses_per_row(group: Group, chunks) -> float:
-    """The global accesses (vector instructions) a row of the domain takes in `chunks`: each
-    chunk built alone in a scratch writer, its width over each access's width."""
-    count = 0.0
+def _load_widths(group: Group, chunks) -> tuple:
+    """(accesses per row, narrowest load) of the kernel in `chunks`: the global accesses
+    (vector instructions) a row of the domain takes, each chunk built alone in a scratch writer
+    (its width over each access's width), and the narrowest width of a load."""
+    count, narrowest = 0.0, vectorize.DIVISOR_CAP
     for chunk in chunks:
         w = kernel_writer(group, True)
         build(group, plan_tile(group, w), w, [chunk], share=False)
         count += sum(chunk.width / a.width for a in w.accesses)
-    return count
+        narrowest = min([narrowest] + [a.width for a in w.accesses if a.kind == "load"])
+    return count, narrowest
 
 
