@@ -116,7 +116,7 @@ def test_2d_tiles_report_each_access_its_own_width(program, mode):
             event(seen)
 
 
-@settings(max_examples=EXAMPLES)
+@settings(max_examples=max(EXAMPLES // 2, 6))
 @given(case=transposes(), mode=st.sampled_from(["constant values", "symbolic values"]))
 def test_transposes_2d_tiles_report_each_access_its_own_width(case, mode):
     """Generated permutes with elementwise work (`programs.transposes`): their 2-D tiles, loads

@@ -27,7 +27,7 @@ from programs import transpose_program, transposes
 from semantics import assert_bits_equal, laid_out
 from test_record_widths import check_widths
 
-EXAMPLES = int(os.environ.get("TRANSPOSE_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("TRANSPOSE_EXAMPLES", "8"))
 MODES = ("constant values", "symbolic values")
 
 
