@@ -119,9 +119,15 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     return dataclasses.replace(config, loop=min(LOOP_BLOCK, lowered.loop.extent))
 
 
+TRANSPOSE_COLS = 64     # COLS at most of a transpose's 2-D tile (`Lowered.row_axis`)
+
+
 def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
+    """A transpose's 2-D tile keeps COLS to `TRANSPOSE_COLS`, so ROWS hold the widest
+    row-axis access for each thread (its layout walks the rows)."""
     width = lowered.max_width
-    cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
+    cols = min(triton.next_power_of_2(max(cols_hint, 1)),
+               1024 if lowered.row_axis is None else TRANSPOSE_COLS)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 4

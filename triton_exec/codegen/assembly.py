@@ -45,6 +45,7 @@ def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) ->
     are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
     chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
     w.rows, w.cols, w.pairs, w.loop = tile.rows, tile.cols, tile.pairs, tile.loop
+    w.row_axis = tile.row_axis
     w.column_leaves.append(tile.cols)
     w.lines.append(_tile_comment(tile, w, chunks))
     _tile_indices(group, tile, w, chunks)
@@ -67,6 +68,9 @@ def _tile_comment(tile: Tile, w: KernelWriter, chunks) -> str:
     rows_walk = ("ROWS walks the other outer dims" if loop is None or len(tile.sizes) > 2
                  else "no other outer dim: one row")
     looped = f"; dim {loop.dim} is walked by a loop in each program, {rows_walk}" if loop else ""
+    if tile.row_axis is not None:
+        looped += (f"; ROWS walk dim {tile.row_axis.dim} fastest: a 2-D tile, loads contiguous "
+                   f"along it are wide along the rows, the stores along the columns")
     if tile.pairs is None:
         return (f"# Tile [ROWS, COLS] of the output domain [{domain}]; COLS walks the innermost "
                 f"dim" + (" (whole, in column chunks: over each every cat/pad/slice boundary "
@@ -132,22 +136,28 @@ def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bo
     for chunk in chunks:
         w.shape = f"[ROWS, {chunk.width}]"
         body.append(f"# Columns [{chunk.start}, {chunk.stop})")
+        # a chunk off the vector's multiples is aligned to its loads (a symmetric pad's input
+        # columns): its index is a bare arange shifted by the start, and each load's width is
+        # read from its own index (`index.aligned_run`), the stores' from the start
+        w.shifted_cols = chunk.start % w.max_vector != 0
         if share and not chunk.masked and chunk.width in shared:
             w.cols, first = shared[chunk.width]
             cols = index.add(w.cols, chunk.start - first)
         else:
-            cols = w.cols = index.Leaf(w.names.take(f"cols_{chunk.start}"),
-                                       frozenset({"col_arange"}), 32, 1, chunk.start, chunk.stop)
-            w.column_leaves.append(cols)
+            first = 0 if w.shifted_cols else chunk.start
+            w.cols = index.Leaf(w.names.take(f"cols_{chunk.start}"), frozenset({"col_arange"}),
+                                32, 1, first, first + chunk.stop - chunk.start)
+            cols = index.add(w.cols, chunk.start - first)
+            w.column_leaves.append(w.cols)
             if not chunk.masked:
-                shared[chunk.width] = cols, chunk.start
-            arange = ((f"{chunk.start} + " if chunk.start else "")
+                shared[chunk.width] = w.cols, first
+            arange = ((f"{first} + " if first else "")
                       + f"tl.arange(0, {chunk.width})[None, :]")
             if chunk.width >= w.max_vector:
                 # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare
                 # or shifted arange is lost where Triton folds it)
                 arange = f"tl.max_contiguous({arange}, [1, VEC])"
-            body.append(f"{cols.name} = {arange}")
+            body.append(f"{w.cols.name} = {arange}")
         # bounds hold for the lanes the masks keep: the chunk's own mask is not folded by them
         in_chunk = in_rows & (index.Mask((index.Less(cols, index.Const(chunk.stop)),))
                               if chunk.masked else index.TRUE)

@@ -52,9 +52,15 @@ class KernelWriter:
         self.zeros: dict = {}               # tile shape -> its int32 zero tile
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
         self.narrow_tiles: dict = {}        # fp32 name of an fp16/bf16 value -> its NarrowTile
-        self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
+        self.column_leaves: list = []       # the column indices: the tile's or its chunks'
+        self.shifted_cols = False           # the chunk's columns are `cols` shifted off the
+                                            # vector's multiples (`assembly`)
         self.pairs = None                   # pair tiling (`pairs.Pairs`), or None
         self.loop = None                    # the loop over an outer dim (`tile_plan.Loop`)
+        self.row_axis = None                # the outer dim ROWS walk fastest (`row_axis`)
+        self.across: list = []              # (innermost index, bytes of the tensor) of each
+                                            # load whose contiguous innermost dim the columns
+                                            # do not walk
         self.row = None                     # the row plan's tile, read by reductions
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
