@@ -18,9 +18,8 @@ import torch
 
 from ir import TensorProxy
 from ir.grad_rules import has_rule
-from ir.proxies import same_shape
 from ir.trace import iter_vars
-from triton_exec import row_groups
+from triton_exec import horizontal, row_groups
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
 
@@ -115,55 +114,7 @@ def partition(trace) -> list[list[int]]:
         for root in roots:
             groups[root].append(i)
     kept = [sorted(g) for g in groups.values() if not all(is_view(trace.eqns[i]) for i in g)]
-    return merge_siblings(trace, sorted(kept, key=lambda g: g[-1]), consumers)
-
-
-def _ancestors(trace) -> list[set]:
-    """For each equation, the indices of the equations it transitively depends on."""
-    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
-    result: list[set] = []
-    for e in trace.eqns:
-        deps = set()
-        for v in e.input_vars():
-            p = producer.get(id(v))
-            if p is not None:
-                deps.add(p)
-                deps |= result[p]
-        result.append(deps)
-    return result
-
-
-def merge_siblings(trace, groups, consumers) -> list[list[int]]:
-    """Merges independent groups whose outputs share one shape into one kernel with several
-    outputs. Group A joins a later group B when nothing in either depends on the other's output
-    (their roots) and nothing outside reads A's output before B's root, where the merged launch
-    happens."""
-    ancestors = _ancestors(trace)
-    merged: list[tuple[set, list[int]]] = []      # (roots, members)
-    for g in groups:
-        if not row_groups.mergeable(trace, g):
-            merged.append(({g[-1]}, list(g)))
-            continue
-        for roots, members in merged:
-            if not row_groups.mergeable(trace, members):
-                continue
-            a_root, b_root = max(roots), g[-1]
-            readers = set().union(*(consumers.get(id(o), set())
-                                    for r in roots for o in trace.eqns[r].outs))
-            if (_same_shape(trace.eqns[a_root].out, trace.eqns[b_root].out)
-                    and not any(r in ancestors[j] for r in roots for j in g)
-                    and b_root not in set().union(*(ancestors[j] for j in members))
-                    and all(r > b_root or r in g for r in readers)):
-                roots.add(b_root)
-                members[:] = sorted(set(members) | set(g))
-                break
-        else:
-            merged.append(({g[-1]}, list(g)))
-    return [members for _, members in merged]
-
-
-def _same_shape(a, b) -> bool:
-    return same_shape(a.shape, b.shape)
+    return horizontal.merge_siblings(trace, sorted(kept, key=lambda g: g[-1]))
 
 
 def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:

@@ -137,6 +137,12 @@ class Lowered:
     loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
                                     # per program, the grid's second axis); `rows` excludes it
     whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
+    output_shapes: tuple = ()   # each output's shape, where they differ (a horizontal fusion:
+                                # they nest in `allocated`); () when all are `allocated`
+
+    def output_shape(self, k: int) -> tuple:
+        """The shape of output `k` (ints and IntProxies)."""
+        return self.output_shapes[k] if self.output_shapes else self.allocated
 
     @property
     def domain(self) -> tuple:

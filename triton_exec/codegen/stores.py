@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ir.proxies import same_shape, same_size
 from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.kernel_types import TL_DTYPE
@@ -29,7 +30,12 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
         store_cols, extent = pairs.full_cols, pairs.full_extent
     stores = []
     for k, out in enumerate(group.outputs):
-        values = [w.value(out, point if out.shape else [], in_domain, start) for point in points]
+        rows, inside = _output_rows(group, tile, out)
+        in_output, out_mask = in_domain, mask
+        if inside.atoms:     # an output smaller than the domain (a horizontal fusion)
+            in_output = in_domain & inside
+            out_mask = w.mask_name(in_output if pairs is None else full_domain & inside)
+        values = [w.value(out, point if out.shape else [], in_output, start) for point in points]
         if pairs is None:
             val = values[0]
             held = w.narrow_tiles.get(val)
@@ -46,13 +52,31 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
         width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
                          start.gcd)
         ptr = w.output_pointer(k)
-        offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent), store_cols),
+        offset = w.tile_shaped(index.add(index.mul(rows, extent), store_cols),
                                pairs is not None)
         stores.append(f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
-                      f"{val}" + (f", mask={mask}" if mask else "")
+                      f"{val}" + (f", mask={out_mask}" if out_mask else "")
                       + f")  # {out.name}, {width} per access")
         w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
                                  line=stores[-1]))
         w.itemsizes.append(out.dtype.itemsize)
     return stores
 
+
+
+def _output_rows(group: Group, tile: Tile, out) -> tuple:
+    """The row index of `out` (the row-major index of its outer indices) and the mask of the
+    lanes inside it: the tile's own rows for an output of the domain's shape; for a smaller
+    one (it nests in the domain: `triton_exec.horizontal`), its own rows, and `o_d < size`
+    along each outer dim where it is smaller."""
+    outer = len(tile.outer)
+    if same_shape(out.shape[:outer], group.domain[:outer]):
+        return tile.flat_rows, index.TRUE
+    rows, atoms = index.Const(0), []
+    for d, o in enumerate(tile.outer):
+        size = tile.sizes[d]
+        if not same_size(out.shape[d], group.domain[d]):
+            size = index.Const(out.shape[d])
+            atoms.append(index.Less(o, size))
+        rows = index.add(index.mul(rows, size), o)
+    return rows, index.Mask(tuple(atoms))

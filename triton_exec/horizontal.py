@@ -1,0 +1,103 @@
+"""Horizontal fusion: independent fusion groups launched as one kernel with several outputs.
+
+Two groups merge when neither depends on the other and their outputs nest: the same rank and
+innermost extent, and along each outer dim one size at most the other (equal where symbolic).
+The kernel tiles the largest output's shape; a smaller output is computed and stored where the
+outer index is inside its own shape (`triton_exec.codegen.stores`). So the RoPE of q
+[B, H, T, D] and of k [B, Hkv, T, D] (GQA: Hkv < H) sharing cos and sin is one launch, each
+program reading its rows of cos and sin once for both, as Liger-Kernel's hand-written kernel.
+
+The merged launch happens at the later group's place; equations that read the earlier group's
+outputs before that place move after it (`schedule`), which is allowed when they are all prims
+the executor knows (pure: views and fusible ops), never opaque calls, random ops or effects,
+whose order against the rest must stay as written.
+"""
+from __future__ import annotations
+
+from ir.proxies import IntProxy, same_size
+from triton_exec import row_groups
+from triton_exec.rules import rule_of
+
+
+def nested(a, b) -> bool:
+    """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other."""
+    if len(a) != len(b) or not a or not same_size(a[-1], b[-1]):
+        return False
+    smaller = larger = False
+    for x, y in zip(a[:-1], b[:-1]):
+        if same_size(x, y):
+            continue
+        if isinstance(x, IntProxy) or isinstance(y, IntProxy):
+            return False
+        smaller, larger = smaller or x < y, larger or x > y
+    return not (smaller and larger)
+
+
+def ancestors(trace) -> list[set]:
+    """For each equation, the indices of the equations it transitively depends on."""
+    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
+    result: list[set] = []
+    for e in trace.eqns:
+        deps = set()
+        for v in e.input_vars():
+            p = producer.get(id(v))
+            if p is not None:
+                deps.add(p)
+                deps |= result[p]
+        result.append(deps)
+    return result
+
+
+def merge_siblings(trace, groups) -> list[list[int]]:
+    """Merges independent groups whose outputs nest into one kernel with several outputs.
+    Group A joins a later group B when nothing in either depends on the other's outputs, their
+    roots' shapes nest with every root already merged, and what reads A's outputs before B's
+    root may move after it (see the module's docstring)."""
+    before = ancestors(trace)
+    merged: list[tuple[set, list[int]]] = []      # (roots, members)
+    for g in groups:
+        for roots, members in merged:
+            if _joins(trace, before, roots, members, g):
+                roots.add(g[-1])
+                members[:] = sorted(set(members) | set(g))
+                break
+        else:
+            merged.append(({g[-1]}, list(g)))
+    return [members for _, members in merged]
+
+
+def _joins(trace, before, roots, members, g) -> bool:
+    if not (row_groups.mergeable(trace, g) and row_groups.mergeable(trace, members)):
+        return False
+    b_root = g[-1]
+    if not all(nested(trace.eqns[r].out.shape, trace.eqns[b_root].out.shape) for r in roots):
+        return False
+    # outputs leave a group from its roots only (a shared view is recomputed in each group)
+    if any(r in before[j] for r in roots for j in g) or any(b_root in before[j] for j in members):
+        return False
+    # what reads the merged outputs before B's root moves after it
+    moved = [j for j in range(min(roots), b_root)
+             if j not in g and j not in members and any(r in before[j] for r in roots)]
+    return all(rule_of(trace.eqns[j]) is not None and not trace.eqns[j].params.get("effects")
+               for j in moved)
+
+
+def schedule(eqns) -> list:
+    """`eqns` in their order, except that an equation reading a value not defined yet waits
+    until it is (a merged launch defines its earlier group's outputs at the later group's
+    place)."""
+    defined = {id(v) for e in eqns for v in e.outs if v is not None}
+    ready: set[int] = set()
+    waiting, order = [], []
+
+    def runnable(e):
+        return all(id(v) in ready or id(v) not in defined for v in e.input_vars())
+
+    for e in eqns:
+        waiting.append(e)
+        while waiting and any(runnable(w) for w in waiting):
+            w = next(w for w in waiting if runnable(w))
+            waiting.remove(w)
+            order.append(w)
+            ready.update(id(v) for v in w.outs if v is not None)
+    return order + waiting
