@@ -31,6 +31,7 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
     stores = []
     for k, out in enumerate(group.outputs):
         rows, inside = _output_rows(group, tile, out)
+        w.nested_atoms.update(inside.atoms)
         in_output, out_mask = in_domain, mask
         if inside.atoms:     # an output smaller than the domain (a horizontal fusion)
             in_output = in_domain & inside
@@ -68,7 +69,8 @@ def _output_rows(group: Group, tile: Tile, out) -> tuple:
     """The row index of `out` (the row-major index of its outer indices) and the mask of the
     lanes inside it: the tile's own rows for an output of the domain's shape; for a smaller
     one (it nests in the domain: `triton_exec.horizontal`), its own rows, and `o_d < size`
-    along each outer dim where it is smaller."""
+    along each outer dim where it is smaller (a value that does not depend on that dim, an input
+    broadcast along it, is computed without it: `lower_movement`)."""
     outer = len(tile.outer)
     if same_shape(out.shape[:outer], group.domain[:outer]):
         return tile.flat_rows, index.TRUE

@@ -60,6 +60,8 @@ class KernelWriter:
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
         self.loaded: dict = {}              # (pointer, offset, mask, shape) -> the loaded value
+        self.nested_atoms: set = set()      # `o_d < size` of an output smaller than the domain
+                                            # (`stores`): a broadcast along d drops them
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
