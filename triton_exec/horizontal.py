@@ -1,7 +1,7 @@
 """Horizontal fusion: independent fusion groups launched as one kernel with several outputs.
 
 Two groups merge when neither depends on the other and their outputs nest: the same rank and
-innermost extent, and along each outer dim one size at most the other (equal where symbolic).
+innermost extent, and along each outer dim one size at most the other.
 The kernel tiles the largest output's shape; a smaller output is computed and stored where the
 outer index is inside its own shape (`triton_exec.codegen.stores`). So the RoPE of q
 [B, H, T, D] and of k [B, Hkv, T, D] (GQA: Hkv < H) sharing cos and sin is one launch, each
@@ -14,22 +14,21 @@ whose order against the rest must stay as written.
 """
 from __future__ import annotations
 
-from ir.proxies import IntProxy, same_size
+from ir.proxies import hint, same_size
 from triton_exec import row_groups
 from triton_exec.rules import rule_of
 
 
 def nested(a, b) -> bool:
-    """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other."""
+    """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other. A
+    runtime size is compared by its value in this call; the kernel guards the relation
+    (`triton_exec.codegen.stores`)."""
     if len(a) != len(b) or not a or not same_size(a[-1], b[-1]):
         return False
     smaller = larger = False
     for x, y in zip(a[:-1], b[:-1]):
-        if same_size(x, y):
-            continue
-        if isinstance(x, IntProxy) or isinstance(y, IntProxy):
-            return False
-        smaller, larger = smaller or x < y, larger or x > y
+        if not same_size(x, y):
+            smaller, larger = smaller or hint(x) < hint(y), larger or hint(x) > hint(y)
     return not (smaller and larger)
 
 

@@ -28,9 +28,9 @@ def kernel_writer(group: Group, vectorize_enabled: bool) -> KernelWriter:
 
 def runtime_sizes(group: Group, w: KernelWriter) -> list:
     """The runtime sizes and numbers the kernel reads (each once, in order of first use): the
-    group's allocated sizes, then those in its parameters' values."""
+    group's allocated sizes (each output's), then those in its parameters' values."""
     sizes = []
-    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
+    read = [s for shape in (group.allocated, *group.output_shapes) for s in shape] + [leaf.source for p in w.params if p.value is not None
                                     for leaf in index.leaves(p.value)]
     for s in read:
         if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in sizes):

@@ -9,7 +9,7 @@ import math
 from ir.proxies import same_shape, same_size
 from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
-from triton_exec.codegen.kernel_types import TL_DTYPE
+from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lowered import Access
 from triton_exec.codegen.tile_plan import Tile
 from triton_exec.codegen.writer import KernelWriter
@@ -30,7 +30,7 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
         store_cols, extent = pairs.full_cols, pairs.full_extent
     stores = []
     for k, out in enumerate(group.outputs):
-        rows, inside = _output_rows(group, tile, out)
+        rows, inside = _output_rows(group, tile, w, out)
         w.nested_atoms.update(inside.atoms)
         in_output, out_mask = in_domain, mask
         if inside.atoms:     # an output smaller than the domain (a horizontal fusion)
@@ -64,13 +64,13 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
     return stores
 
 
-
-def _output_rows(group: Group, tile: Tile, out) -> tuple:
+def _output_rows(group: Group, tile: Tile, w: KernelWriter, out) -> tuple:
     """The row index of `out` (the row-major index of its outer indices) and the mask of the
     lanes inside it: the tile's own rows for an output of the domain's shape; for a smaller
     one (it nests in the domain: `triton_exec.horizontal`), its own rows, and `o_d < size`
-    along each outer dim where it is smaller (a value that does not depend on that dim, an input
-    broadcast along it, is computed without it: `lower_movement`)."""
+    along each outer dim where it is smaller, guarded where a size is a runtime one (a value
+    that does not depend on that dim, an input broadcast along it, is computed without it:
+    `lower_movement`)."""
     outer = len(tile.outer)
     if same_shape(out.shape[:outer], group.domain[:outer]):
         return tile.flat_rows, index.TRUE
@@ -78,7 +78,9 @@ def _output_rows(group: Group, tile: Tile, out) -> tuple:
     for d, o in enumerate(tile.outer):
         size = tile.sizes[d]
         if not same_size(out.shape[d], group.domain[d]):
-            size = index.Const(out.shape[d])
+            size = w.size(out.shape[d])
             atoms.append(index.Less(o, size))
+            if not known(out.shape[d]) or not known(group.domain[d]):
+                w.guards.append(("le", out.shape[d], group.domain[d]))
         rows = index.add(index.mul(rows, size), o)
     return rows, index.Mask(tuple(atoms))
