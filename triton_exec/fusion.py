@@ -2,9 +2,11 @@
 
 Partitioning goes by dataflow from the outputs back: a fusible equation joins the group of its
 consumers when every consumer of its output is in that one group (so nothing escapes the group
-but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast) read by
-several groups joins each of them, as index arithmetic costs less than a round trip to memory,
-and a view of a group's result is left to torch, where it costs nothing. Host equations (shape queries, integer math) never
+but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast), or a
+cheap op (`recomputed`), read by several groups joins each of them, as index arithmetic costs
+less than a round trip to memory, and a view of a group's result is left to torch, where it
+costs nothing. Independent groups then merge into one kernel where their outputs nest
+(`triton_exec.horizontal`). Host equations (shape queries, integer math) never
 join a group and never split one. A group made only of views (slices, reshapes, broadcasts,
 permutes) is left to torch, where those cost nothing; a copy (clone, `.contiguous()` of a view
 that is not contiguous, a reshape that cannot view: the tracer decides) is a kernel, alone or
@@ -12,6 +14,7 @@ fused with its producers and consumers.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -19,7 +22,7 @@ import torch
 from ir import TensorProxy
 from ir.grad_rules import has_rule
 from ir.trace import iter_vars
-from triton_exec import horizontal, row_groups
+from triton_exec import horizontal, row_groups, vectorize
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
 
@@ -85,6 +88,23 @@ def refusal(eqn) -> tuple[str, str] | None:
     return None
 
 
+def _bytes(t) -> int:
+    return math.prod(vectorize.hint_of(s) for s in t.shape) * t.dtype.itemsize
+
+
+def recomputed(eqn) -> bool:
+    """Whether a value read by several groups is recomputed in each rather than stored by a
+    kernel of its own: a view, or an elementwise or data-movement op (no reduction) that reads
+    no more bytes than it writes (M-RoPE's `cat` of cos sections read by q's and k's RoPE:
+    each reads the sections instead of a stored cat)."""
+    if is_view(eqn):
+        return True
+    if row_groups.reduces(eqn):
+        return False
+    read = sum(_bytes(v) for v in eqn.input_vars() if isinstance(v, TensorProxy))
+    return read <= sum(_bytes(o) for o in eqn.outs)
+
+
 def partition(trace) -> list[list[int]]:
     """Groups of equation indices (each in trace order); the last index of a group is its root."""
     consumers: dict[int, set] = {}
@@ -102,9 +122,9 @@ def partition(trace) -> list[list[int]]:
         escapes = any(id(o) in escaping for o in eqn.outs)
         all_fused = bool(users) and all(u in groups_of for u in users) and not escapes
         user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
-        if all_fused and (len(user_roots) == 1 or is_view(eqn)) and all(
+        if all_fused and (len(user_roots) == 1 or recomputed(eqn)) and all(
                 row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
-            roots = user_roots      # a view read by several groups is recomputed in each
+            roots = user_roots      # a cheap value read by several groups is recomputed in each
         elif is_view(eqn):
             continue                # a view of a result stays a free torch view
         else:
