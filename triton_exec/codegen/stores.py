@@ -35,7 +35,8 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, cols, in_domain
         in_output, out_mask = in_domain, mask
         if inside.atoms:     # an output smaller than the domain (a horizontal fusion)
             in_output = in_domain & inside
-            out_mask = w.mask_name(in_output if pairs is None else full_domain & inside)
+            out_mask = (w.mask_name(in_output) if pairs is None
+                        else w.mask_name(full_domain & inside, full=True))
         values = [w.value(out, point if out.shape else [], in_output, start) for point in points]
         if pairs is None:
             val = values[0]
