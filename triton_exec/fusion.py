@@ -19,8 +19,9 @@ import os
 
 import torch
 
-from ir import TensorProxy
+from ir import TensorProxy, prims
 from ir.grad_rules import has_rule
+from ir.proxies import same_size
 from ir.trace import iter_vars
 from triton_exec import horizontal, row_groups, vectorize
 from triton_exec.codegen import TL_DTYPE
@@ -105,12 +106,27 @@ def recomputed(eqn) -> bool:
     return read <= sum(_bytes(o) for o in eqn.outs)
 
 
+def _stores_reshaped(eqn, producers, consumers, escaping) -> bool:
+    """Whether a reshape of outer dims, the only reader of a computed value, is the root of that
+    value's group: the kernel stores the reshaped tensor (the same bytes, the strides eager's view
+    has), whose shape may nest with a sibling's (GQA's `repeat_kv`, `x[:, :, None].expand(b, h,
+    n, t, d).reshape(b, h * n, t, d)`: k's copy stored as [b, h * n, t, d], q's shape)."""
+    if eqn.prim is not prims.reshape or not eqn.out.ndim or not eqn.args[0].ndim:
+        return False
+    source = eqn.args[0]
+    producer = producers.get(id(source))
+    return (same_size(source.shape[-1], eqn.out.shape[-1]) and producer is not None
+            and fusible(producer) and not is_view(producer) and id(source) not in escaping
+            and len(consumers.get(id(source), ())) == 1)
+
+
 def partition(trace) -> list[list[int]]:
     """Groups of equation indices (each in trace order); the last index of a group is its root."""
     consumers: dict[int, set] = {}
     for i, eqn in enumerate(trace.eqns):
         for v in eqn.input_vars():
             consumers.setdefault(id(v), set()).add(i)
+    producers = {id(o): e for e in trace.eqns for o in e.outs if o is not None}
     escaping = {id(v) for v in iter_vars(trace.outputs)}
     groups_of: dict[int, set] = {}      # equation -> roots of the groups it belongs to
     groups: dict[int, list[int]] = {}
@@ -125,7 +141,7 @@ def partition(trace) -> list[list[int]]:
         if all_fused and (len(user_roots) == 1 or recomputed(eqn)) and all(
                 row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
             roots = user_roots      # a cheap value read by several groups is recomputed in each
-        elif is_view(eqn):
+        elif is_view(eqn) and not _stores_reshaped(eqn, producers, consumers, escaping):
             continue                # a view of a result stays a free torch view
         else:
             roots = {i}
