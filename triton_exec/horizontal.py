@@ -1,29 +1,28 @@
 """Horizontal fusion: independent fusion groups launched as one kernel with several outputs.
 
 Two groups merge when neither depends on the other and their outputs nest: the same rank and
-innermost extent, and along each outer dim one size at most the other.
-The kernel tiles the largest output's shape; a smaller output is computed and stored where the
+innermost extent, and along each outer dim one size at most the other. The kernel tiles the largest output's shape; a smaller output is computed and stored where the
 outer index is inside its own shape (`triton_exec.codegen.stores`). So the RoPE of q
 [B, H, T, D] and of k [B, Hkv, T, D] (GQA: Hkv < H) sharing cos and sin is one launch, each
 program reading its rows of cos and sin once for both, as Liger-Kernel's hand-written kernel.
 
 The merged launch happens at the later group's place; equations that read the earlier group's
-outputs before that place move after it (`schedule`), which is allowed when they are all prims
-the executor knows (pure: views and fusible ops), never opaque calls, random ops or effects,
-whose order against the rest must stay as written.
+outputs before that place move after it (`schedule`), which is allowed when each computes the
+same value wherever it runs (`ir.passes.repeatable`): never random ops, copies or calls with
+effects, whose order against the rest must stay as written.
 """
 from __future__ import annotations
 
+from ir.passes import repeatable
 from ir.proxies import hint, same_size
 from triton_exec import row_groups
-from triton_exec.rules import rule_of
 
 
 def nested(a, b) -> bool:
     """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other. A
     runtime size is compared by its value in this call; the kernel guards the relation
-    (`triton_exec.codegen.stores`)."""
-    if len(a) != len(b) or not a or not same_size(a[-1], b[-1]):
+    (`triton_exec.codegen.stores`: `<=` along outer dims, `==` along the innermost)."""
+    if len(a) != len(b) or not a or hint(a[-1]) != hint(b[-1]):
         return False
     smaller = larger = False
     for x, y in zip(a[:-1], b[:-1]):
@@ -77,8 +76,7 @@ def _joins(trace, before, roots, members, g) -> bool:
     # what reads the merged outputs before B's root moves after it
     moved = [j for j in range(min(roots), b_root)
              if j not in g and j not in members and any(r in before[j] for r in roots)]
-    return all(rule_of(trace.eqns[j]) is not None and not trace.eqns[j].params.get("effects")
-               for j in moved)
+    return all(repeatable(trace.eqns[j]) for j in moved)
 
 
 def schedule(eqns) -> list:
