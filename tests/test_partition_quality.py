@@ -56,8 +56,10 @@ def readme_qk(q, k, cos, sin):
 
 def mrope(q, k, cos, sin):
     """Qwen2-VL's `apply_multimodal_rotary_pos_emb` (transformers 4.x): cos/sin [3, B, T, D],
-    one section of the head per position kind (temporal, height, width)."""
-    sections = [2, 3, 3] * 2
+    one section of the head per position kind (temporal, height, width), in Qwen2-VL's
+    proportions (16, 24, 24 of 128)."""
+    d = q.shape[-1]
+    sections = [d // 8, 3 * d // 16, 3 * d // 16] * 2
     cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1)
     sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
