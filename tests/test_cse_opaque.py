@@ -82,3 +82,15 @@ def test_returned_results_and_copies_stay_distinct_tensors():
     r1.add_(1)
     c1.add_(1)
     assert torch.equal(r2, x().repeat(1, 2)) and torch.equal(c2, x())
+
+
+def test_in_place_work_on_one_of_two_repeats_leaves_the_other():
+    def fn(x):
+        a, b = x.repeat(1, 2), x.repeat(1, 2)
+        a.add_(1)
+        a[0] = 5
+        return a, b
+    jfn = ir.jit(fn, executors=["torch"])
+    for got, want in zip(jfn(x()), fn(x())):
+        assert torch.equal(got, want)
+    assert calls(jfn, "repeat") == 1
