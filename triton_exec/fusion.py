@@ -103,7 +103,7 @@ def recomputed(eqn) -> bool:
     if row_groups.reduces(eqn):
         return False
     read = sum(_bytes(v) for v in eqn.input_vars() if isinstance(v, TensorProxy))
-    return read <= sum(_bytes(o) for o in eqn.outs)
+    return read <= sum(_bytes(o) for o in eqn.outs if o is not None)
 
 
 def _stores_reshaped(eqn, producers, consumers, escaping) -> bool:

@@ -1,8 +1,9 @@
 """Horizontal fusion: independent fusion groups launched as one kernel with several outputs.
 
 Two groups merge when neither depends on the other and their outputs nest: the same rank and
-innermost extent, and along each outer dim one size at most the other. The kernel tiles the largest output's shape; a smaller output is computed and stored where the
-outer index is inside its own shape (`triton_exec.codegen.stores`). So the RoPE of q
+innermost extent, and along each outer dim one size at most the other. The kernel tiles the
+largest output's shape; a smaller output is computed and stored where the outer index is inside
+its own shape (`triton_exec.codegen.stores`). So the RoPE of q
 [B, H, T, D] and of k [B, Hkv, T, D] (GQA: Hkv < H) sharing cos and sin is one launch, each
 program reading its rows of cos and sin once for both, as Liger-Kernel's hand-written kernel.
 
@@ -14,14 +15,15 @@ effects, whose order against the rest must stay as written.
 from __future__ import annotations
 
 from ir.passes import repeatable
-from ir.proxies import hint, same_size
+from ir.proxies import IntProxy, TensorProxy, hint, same_size
 from triton_exec import row_groups
 
 
 def nested(a, b) -> bool:
     """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other. A
     runtime size is compared by its value in this call; the kernel guards the relation
-    (`triton_exec.codegen.stores`: `<=` along outer dims, `==` along the innermost)."""
+    (`triton_exec.codegen.stores`: `<=` along outer dims, `==` along the innermost), see
+    `_related`."""
     if len(a) != len(b) or not a or hint(a[-1]) != hint(b[-1]):
         return False
     smaller = larger = False
@@ -29,6 +31,22 @@ def nested(a, b) -> bool:
         if not same_size(x, y):
             smaller, larger = smaller or hint(x) < hint(y), larger or hint(x) > hint(y)
     return not (smaller and larger)
+
+
+def _related(a, b) -> bool:
+    """Whether the sizes of nesting shapes need no guard: each pair one size or two constants."""
+    return all(same_size(x, y) or not (isinstance(x, IntProxy) or isinstance(y, IntProxy))
+               for x, y in zip(a, b))
+
+
+def _reads_shared(trace, members, g) -> bool:
+    """Whether two groups read a tensor in common (q's and k's RoPE: cos and sin). Only such
+    groups merge where runtime sizes must be guarded against each other: a guard relating the
+    sizes of unrelated inputs would narrow the cache entry for one launch less."""
+    def reads(group):
+        return {id(v) for j in group for v in trace.eqns[j].input_vars()
+                if isinstance(v, TensorProxy)}
+    return bool(reads(members) & reads(g))
 
 
 def ancestors(trace) -> list[set]:
@@ -68,7 +86,11 @@ def _joins(trace, before, roots, members, g) -> bool:
     if not (row_groups.mergeable(trace, g) and row_groups.mergeable(trace, members)):
         return False
     b_root = g[-1]
-    if not all(nested(trace.eqns[r].out.shape, trace.eqns[b_root].out.shape) for r in roots):
+    shapes = [trace.eqns[r].out.shape for r in roots]
+    b_shape = trace.eqns[b_root].out.shape
+    if not all(nested(a, b_shape) for a in shapes):
+        return False
+    if not all(_related(a, b_shape) for a in shapes) and not _reads_shared(trace, members, g):
         return False
     # outputs leave a group from its roots only (a shared view is recomputed in each group)
     if any(r in before[j] for r in roots for j in g) or any(b_root in before[j] for j in members):
