@@ -138,7 +138,7 @@ def _output_rows(group: Group, tile: Tile, w: KernelWriter, out) -> tuple:
     that does not depend on that dim, an input broadcast along it, is computed without it:
     `lower_movement`)."""
     outer = len(tile.outer)
-    if not same_size(out.shape[-1], group.domain[-1]):     # two runtime sizes of one value
+    if out.shape and not same_size(out.shape[-1], group.domain[-1]):   # two sizes, one value
         w.guards.append(("eq", out.shape[-1], group.domain[-1]))
     if same_shape(out.shape[:outer], group.domain[:outer]):
         return tile.flat_rows, index.TRUE
