@@ -11,6 +11,9 @@
 Every case checks values (bit for bit: data movement and `+ - *` round as eager's) and
 gradients against eager.
 """
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -283,3 +286,15 @@ def test_repeat_kv_of_k_and_v_is_folded_into_the_rope_kernel(mode):
     assert any({"q", "k"} <= {a.tensor for a in r.lowered.accesses} for r in forward)
     check_grads(hf_attention_inputs, jfn, (q, k, v, cos, sin), (True, True, True, False, False))
     assert len(kernels(jfn, "backward")) <= 2
+
+
+def test_the_benchmark_counts_one_launch_per_rope_call_against_eager():
+    """`perf/rope_partition.py`'s row for transformers' RoPE: one kernel each way, checked
+    against eager, fewer launches than eager's."""
+    path = Path(__file__).resolve().parent.parent / "perf" / "rope_partition.py"
+    spec = importlib.util.spec_from_file_location("perf_rope_partition", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = module.measure(*module.FORMS[0], with_cost=False)
+    assert row["ok"] and (row["forward"], row["backward"]) == (1, 1)
+    assert row["launches"][0] < row["eager"][0] and row["launches"][1] < row["eager"][1]
