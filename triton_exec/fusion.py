@@ -20,7 +20,7 @@ import os
 import torch
 
 from ir import TensorProxy, prims
-from ir.grad_rules import has_rule
+from ir.ops.vjp import has_rule
 from ir.proxies import same_size
 from ir.trace import iter_vars
 from triton_exec import horizontal, row_groups, vectorize
