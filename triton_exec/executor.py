@@ -170,7 +170,8 @@ class TritonExecutor(ir.Executor):
             new = replaced.get(i, e)
             if new is not None:
                 eqns.append(new)
-        return trace.replace(eqns=tuple(horizontal.schedule(eqns)), provenance=f"Fusion by the {self.name} executor")
+        return trace.replace(eqns=tuple(horizontal.schedule(eqns)),
+                             provenance=f"Fusion by the {self.name} executor")
 
     def _fuse(self, trace, group, groups, ctx, number):
         start = time.perf_counter()

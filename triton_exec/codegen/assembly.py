@@ -30,8 +30,9 @@ def runtime_sizes(group: Group, w: KernelWriter) -> list:
     """The runtime sizes and numbers the kernel reads (each once, in order of first use): the
     group's allocated sizes (each output's), then those in its parameters' values."""
     sizes = []
-    read = [s for shape in (group.allocated, *group.output_shapes) for s in shape] + [leaf.source for p in w.params if p.value is not None
-                                    for leaf in index.leaves(p.value)]
+    read = [s for shape in (group.allocated, *group.output_shapes) for s in shape]
+    read += [leaf.source for p in w.params if p.value is not None
+             for leaf in index.leaves(p.value)]
     for s in read:
         if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in sizes):
             sizes.append(s)

@@ -58,10 +58,7 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, columns: Column
     """The values of these outputs (none computed in a block) at `columns` and their store
     lines; under pair tiling, each output's two elements per lane interleaved and stored on the
     full tile. An output smaller than the domain is masked to its own lanes."""
-    stores = []
-    for o in outputs:
-        stores.append(_store(group, tile, w, columns, o, o.inside))
-    return stores
+    return [_store(group, tile, w, columns, o, o.inside) for o in outputs]
 
 
 def blocks(group: Group, tile: Tile, w: KernelWriter, passes: list[Columns],
@@ -83,8 +80,8 @@ def blocks(group: Group, tile: Tile, w: KernelWriter, passes: list[Columns],
 def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Output,
            inside: index.Mask) -> str:
     """Output `o`'s values at `columns` (masked to `inside` too) and its store line."""
-    pairs, store_cols, extent, in_domain = tile.pairs, columns.cols, tile.cols_extent, \
-        columns.in_domain & inside
+    pairs, store_cols, extent = tile.pairs, columns.cols, tile.cols_extent
+    in_domain = columns.in_domain & inside
     points = [tile.outer + [columns.cols]] if pairs is None else tile.points
     mask = w.mask_name(in_domain) if in_domain.atoms else None
     if pairs is not None:
