@@ -9,7 +9,7 @@ from ir import IntProxy
 from ir.proxies import FloatProxy
 from triton_exec import index
 from triton_exec.codegen.analysis import Group
-from triton_exec.codegen.stores import values_and_stores
+from triton_exec.codegen.stores import Columns, blocks, outputs_of, values_and_stores
 from triton_exec.codegen.tile_plan import Tile
 from triton_exec.codegen.writer import KernelWriter
 from triton_exec.vectorize import Path
@@ -28,10 +28,11 @@ def kernel_writer(group: Group, vectorize_enabled: bool) -> KernelWriter:
 
 def runtime_sizes(group: Group, w: KernelWriter) -> list:
     """The runtime sizes and numbers the kernel reads (each once, in order of first use): the
-    group's allocated sizes, then those in its parameters' values."""
+    group's allocated sizes (each output's), then those in its parameters' values."""
     sizes = []
-    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
-                                    for leaf in index.leaves(p.value)]
+    read = [s for shape in (group.allocated, *group.output_shapes) for s in shape]
+    read += [leaf.source for p in w.params if p.value is not None
+             for leaf in index.leaves(p.value)]
     for s in read:
         if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in sizes):
             sizes.append(s)
@@ -52,14 +53,20 @@ def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) ->
     if tile.loop is not None:
         _loop_start(tile.loop, w.lines)
     _outer_indices(tile, w)
+    outputs = outputs_of(group, tile, w)
+    plain = [o for o in outputs if o.block is None]
     if not chunks:
         w.lines.append("# Values, as functions of the output index")
         # the domain's mask `cols < extent` narrows every access of a whole tile (pair tiling:
         # the widths are read from the index, `Pairs.gcd`)
         start = Path() if tile.pairs is not None else Path().through(group.domain[-1])
-        return values_and_stores(group, tile, w, tile.cols, tile.in_domain, start)
-    _chunked_values(group, tile, w, chunks, share)
-    return []
+        columns = Columns(tile.cols, tile.in_domain, start, tile.cols)
+        stores = values_and_stores(group, tile, w, columns, plain)
+        passes = [columns]
+    else:
+        stores, passes = [], _chunked_values(group, tile, w, chunks, share, plain)
+    blocks(group, tile, w, passes, [o for o in outputs if o.block is not None])
+    return stores
 
 
 def _tile_comment(tile: Tile, w: KernelWriter, chunks) -> str:
@@ -127,15 +134,19 @@ def _outer_indices(tile: Tile, w: KernelWriter) -> None:
                 w.render.bind(o, w.names.take(f"o{d}"))
 
 
-def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bool) -> None:
-    """Each column chunk's column index, values and stores in turn (see `build`)."""
+def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bool,
+                    outputs: list) -> list[Columns]:
+    """Each column chunk's column index, the outputs' values and stores in turn (see `build`);
+    returns the chunks' columns."""
     body = w.lines
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
     _bind_domain(w, in_rows, "in_rows", {tile.rows: "ROWS"})
     shared = {}                             # width -> the first unmasked chunk's leaf, start
+    passes = []
     for chunk in chunks:
         w.shape = f"[ROWS, {chunk.width}]"
-        body.append(f"# Columns [{chunk.start}, {chunk.stop})")
+        comment = f"# Columns [{chunk.start}, {chunk.stop})"
+        body.append(comment)
         # a chunk off the vector's multiples is aligned to its loads (a symmetric pad's input
         # columns): its index is a bare arange shifted by the start, and each load's width is
         # read from its own index (`index.aligned_run`), the stores' from the start
@@ -165,7 +176,9 @@ def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bo
         # loads of a chunk of aligned input rows stay wide where the output's rows (of 17) make
         # the stores narrow (their width is the output's, `values_and_stores`)
         start = Path().through(chunk.start, chunk.width, *((chunk.stop,) if chunk.masked else ()))
-        body.extend(values_and_stores(group, tile, w, cols, in_chunk, start))
+        passes.append(Columns(cols, in_chunk, start, w.cols, w.shape, comment))
+        body.extend(values_and_stores(group, tile, w, passes[-1], outputs))
+    return passes
 
 
 def _bind_domain(w, mask: index.Mask, name: str, blocks: dict) -> None:

@@ -141,6 +141,12 @@ class Lowered:
     whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
     row_axis: int | None = None     # a 2-D tile for a transpose (`row_axis`): the outer dim ROWS
                                     # walks fastest, along which some loads are wide
+    output_shapes: tuple = ()   # each output's shape, where they differ (a horizontal fusion:
+                                # they nest in `allocated`); () when all are `allocated`
+
+    def output_shape(self, k: int) -> tuple:
+        """The shape of output `k` (ints and IntProxies)."""
+        return self.output_shapes[k] if self.output_shapes else self.allocated
 
     @property
     def domain(self) -> tuple:

@@ -7,6 +7,7 @@ no file of the package but `__init__`.
 """
 from __future__ import annotations
 
+from ir.proxies import same_shape
 from triton_exec import vectorize
 from triton_exec.codegen.analysis import analyze
 from triton_exec.codegen.assembly import build, kernel_writer, runtime_sizes
@@ -44,4 +45,10 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
                    None if tile.loop is None else LoopDim(
                        tile.loop.dim, vectorize.hint_of(group.domain[tile.loop.dim]),
                        tile.loop.extent),
-                   row_axis=None if tile.row_axis is None else tile.row_axis.dim)
+                   row_axis=None if tile.row_axis is None else tile.row_axis.dim,
+                   output_shapes=_differing(group.output_shapes, group.allocated))
+
+
+def _differing(shapes: tuple, allocated: tuple) -> tuple:
+    """The outputs' shapes where one differs from the domain's (a horizontal fusion), else ()."""
+    return shapes if any(not same_shape(s, allocated) for s in shapes) else ()

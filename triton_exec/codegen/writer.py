@@ -66,6 +66,8 @@ class KernelWriter:
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
         self.loaded: dict = {}              # (pointer, offset, mask, shape) -> the loaded value
+        self.nested_atoms: set = set()      # `o_d < size` of an output smaller than the domain
+                                            # (`stores`): a broadcast along d drops them
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
@@ -196,6 +198,18 @@ class KernelWriter:
             self.pointers[key] = self.names.take(f"out{k}_ptr")
             self.params.append(Param(self.pointers[key], "pointer", output=k))
         return self.pointers[key]
+
+    def caches(self) -> tuple:
+        """What the writer reuses by name (values, loads, bound index expressions and masks, zero
+        tiles), to be `restore`d after a block whose names are not seen outside it."""
+        return (dict(self.memo), dict(self.loaded), dict(self.pair_loads),
+                dict(self.narrow_tiles), dict(self.zeros), dict(self.render.names),
+                len(self.render.masks))
+
+    def restore(self, kept: tuple) -> None:
+        (self.memo, self.loaded, self.pair_loads, self.narrow_tiles, self.zeros,
+         self.render.names, masks) = kept
+        del self.render.masks[masks:]
 
     def zero_tile(self, full: bool = False) -> index.Leaf:
         """The int32 zero tile of the tile's shape (`full`: pair tiling's [ROWS, 2 * COLS])."""
