@@ -38,6 +38,8 @@ else
         .venv/bin/python -m pip install -q --no-deps $NO_DEPS
     fi
     echo "setup_env: installing the project (editable)"
+    # the distribution's name before it was triton-exec: two would both claim ir and triton_exec
+    .venv/bin/python -m pip uninstall -q -y triton-exec-demo 2>/dev/null || true
     .venv/bin/python -m pip install -q -e . --no-deps
     echo "$WANTED" > "$STAMP"
 fi
