@@ -9,11 +9,11 @@ import torch._dynamo
 from litgpt import GPT, Config
 from litgpt.generate.base import generate
 from litgpt.utils import chunked_cross_entropy
-
-import triton_exec
-import ir
-from ir.dynamo import Backend
 from torch._dynamo.testing import CompileCounter
+
+import ir
+import triton_exec
+from ir.dynamo import Backend
 from test_dynamo import assert_ran_on_triton
 
 VOCAB = 128
