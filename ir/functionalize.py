@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from ir import prims, tracing
+from ir import containers, prims, tracing
 from ir.proxies import TensorProxy, hint, same_shape
 
 # augmented assignments and the out-of-place operators they stand for
@@ -98,7 +98,8 @@ def resolve(ctx, x):
     """x with each proxy replaced by its current value."""
     if not ctx.mutations.values:
         return x
-    return pytree.tree_map(lambda v: current(ctx, v) if isinstance(v, TensorProxy) else v, x)
+    return containers.tree_map(
+        lambda v: current(ctx, v) if isinstance(v, TensorProxy) else v, x)
 
 
 def write(ctx, target: TensorProxy, value) -> TensorProxy:

@@ -196,7 +196,7 @@ class TensorProxy(Var, torch.Tensor):
     metadata are its own slots, which shadow the tensor's, and every torch function or method
     reaches the tracer through `__torch_function__` before any kernel could run."""
 
-    __slots__ = ("name", "shape", "dtype", "device", "requires_grad", "neg")
+    __slots__ = ("name", "_size", "dtype", "device", "requires_grad", "neg")
 
     @staticmethod
     def __new__(cls, name, shape, dtype, device, requires_grad=False, neg=False):
@@ -220,6 +220,16 @@ class TensorProxy(Var, torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         raise RuntimeError(f"ir.jit: {func} reached the dispatcher with a traced tensor")
+
+    @property
+    def shape(self) -> torch.Size:
+        """A `torch.Size` as eager's (of ints and, in symbolic mode, IntProxy sizes, which
+        torch.Size keeps as the SymInts they are), whatever sequence was assigned."""
+        return self._size
+
+    @shape.setter
+    def shape(self, sizes) -> None:
+        self._size = torch.Size(sizes)
 
     @property
     def ndim(self) -> int:

@@ -21,7 +21,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ir import autocast, prims
+from ir import autocast, containers, prims
 from ir.grad_regions import output_requires_grad
 from ir.proxies import (ACTIVE_TRACE, COMPARISONS, NEGATED, DataDependentError, FloatProxy,
                         IntProxy, ScalarProxy, TensorProxy, Var, active_trace, hint)
@@ -126,7 +126,8 @@ class TraceContext:
 
     def captured(self, x):
         """x with every real tensor inside replaced by its implicit input."""
-        return pytree.tree_map(lambda v: self.capture(v) if type(v) in _REAL_TENSORS else v, x)
+        return containers.tree_map(
+            lambda v: self.capture(v) if type(v) in _REAL_TENSORS else v, x)
 
     # What proxies ask of the active trace (through `ir.proxies.active_trace()`).
     def scalar_op(self, op: str, a, b):
