@@ -304,19 +304,20 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 TensorProxy.__hash__ = Var.__hash__
 
 
-def _reads_data(operation):
+def _reads_data(name, operation):
     def method(self, *args, **kwargs):
-        active_trace().reads_data(operation, self)
-    method.__name__ = operation
+        active_trace().reads_data(operation, getattr(torch.Tensor, name), (self, *args), kwargs)
+    method.__name__ = name
     return method
 
 
-# Python values of a tensor's data: refused while tracing (`DataDependentError`)
+# Python values of a tensor's data: refused while tracing (`DataDependentError`), after eager's
+# own refusals that do not depend on the data (`bool()` of several elements)
 for _name, _operation in (("__bool__", "bool()"), ("__float__", "float()"), ("__int__", "int()"),
                           ("__complex__", "complex()"), ("__index__", "an index"),
                           ("item", ".item()"),
                           ("tolist", ".tolist()"), ("numpy", ".numpy()")):
-    setattr(TensorProxy, _name, _reads_data(_operation))
+    setattr(TensorProxy, _name, _reads_data(_name, _operation))
 
 
 # In-place operators: traced as their functional op, written into the tensor (`ir.functionalize`);

@@ -163,9 +163,12 @@ class TraceContext:
             return bound(*args, **kwargs)
         return method
 
-    def reads_data(self, operation: str, tensor) -> None:
-        """Raises DataDependentError for Python code reading a traced tensor's data, naming the
-        user's line and the operation."""
+    def reads_data(self, operation: str, func, args, kwargs) -> None:
+        """Raises DataDependentError for Python code reading a traced tensor's data
+        (`func(*args, **kwargs)`), naming the user's line and the operation; or eager's error
+        where eager refuses the call whatever the data (`bool()` of several elements)."""
+        self.run(data_free_refusal, func, args, kwargs)
+        tensor = next(x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy))
         raise DataDependentError(
             f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
             f"{tensor.name} reads its data, which is known only when the computation runs "
@@ -541,6 +544,20 @@ def eager_checks(func, args, kwargs) -> None:
         run("cpu")
 
 
+def data_free_refusal(func, args, kwargs) -> None:
+    """Raises eager's exception where func (which reads its tensors' data) refuses these
+    arguments whatever their data: `bool()` or `.item()` of a tensor of several elements or none,
+    an index from a float tensor. It runs on meta tensors, whose refusal to read data (an error
+    naming meta, or no meta kernel) is not eager's."""
+    try:
+        func(*_stand_in(args, "meta"), **{k: _stand_in(v, "meta") for k, v in kwargs.items()})
+    except NotImplementedError:
+        pass
+    except Exception as error:     # noqa: BLE001  (eager decides what is raised)
+        if "meta" not in str(error):
+            raise
+
+
 # torch functions returning a Python value of their tensors' data
 _READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
               torch.is_nonzero: "torch.is_nonzero", torch.Tensor.item: ".item()",
@@ -551,8 +568,7 @@ _READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
 def call_torch(func, args, kwargs):
     from ir.torch_ops import HANDLERS
     if func in _READ_DATA:
-        current().reads_data(_READ_DATA[func], next(
-            x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)))
+        current().reads_data(_READ_DATA[func], func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
         if handler is None:
@@ -600,9 +616,11 @@ def _opaque_method(name, method, self, *args, **kwargs):
 # ---- opaque symbols ----------------------------------------------------------------------
 
 def _to_meta(x):
-    """x for a run on meta tensors: sizes and numbers at their values in this call, unguarded."""
+    """x for a run on meta tensors: sizes and numbers at their values in this call, unguarded;
+    a tensor requiring grad requires it, so the result's `requires_grad` is autograd's."""
     if isinstance(x, TensorProxy):
-        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+        meta = torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+        return meta.requires_grad_() if x.requires_grad else meta
     if isinstance(x, ScalarProxy):
         return x.hint
     if isinstance(x, torch.device):
@@ -658,7 +676,9 @@ def opaque(fn, args, kwargs):
                 elif isinstance(x, IntProxy):
                     specialize(x)
     device = devices[0] if devices else torch.device("cpu")
-    outs = [new_tensor(shape, r.dtype, device, _needs_grad(flat))
+    grad = _needs_grad(flat)
+    # each output as autograd marks it: not where the op is not tracked (`detach`, `zeros_like`)
+    outs = [new_tensor(shape, r.dtype, device, grad and r.requires_grad)
             for r, shape in zip(results, shapes)]
     # ints the rule left symbolic (a size in `normalized_shape`, `roll`'s shifts) are passed at
     # run time; floats are specialized (eager's kernels may round them by value)

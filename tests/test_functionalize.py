@@ -19,7 +19,7 @@ from semantics import grid, jit, outcome
 
 VIEWS = ("[1:]", "[:, ::2]", "[0]", "[..., :1]", "[None]", ".t()", ".transpose(0, -1)",
          ".view(-1)", ".reshape(-1)", ".unsqueeze(0)", ".narrow(-1, 0, 1)", ".diagonal()",
-         ".expand(2, *{h}.shape)", ".flip(0)", ".split(1)[0]")
+         ".expand(2, *{h}.shape)", ".flip(0)", ".contiguous()", ".split(1)[0]")
 IN_PLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.sub_({o}, alpha=2)", "{t} += {o}",
             "{t} *= {o}", "{t}.clamp_(min=-0.5)", "{t}.zero_()", "{t}.fill_(2.0)",
             "{t}.copy_({o})", "{t}.masked_fill_({t} > 0, 0.25)", "{t}[0] = {o}",
