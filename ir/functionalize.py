@@ -47,7 +47,8 @@ VIEW_OPS = frozenset({
     "select", "split", "split_with_sizes", "chunk", "tensor_split", "hsplit", "vsplit", "dsplit",
     "unbind", "diagonal", "unfold", "as_strided", "detach", "alias", "contiguous", "to",
     "type_as", "float", "half", "double", "bfloat16", "int", "long", "bool", "atleast_1d",
-    "atleast_2d", "atleast_3d", "ravel"})
+    "atleast_2d", "atleast_3d", "ravel", "data"})
+_DETACHING = frozenset({"detach", "data"})
 # reading these of a tensor freezes its value into the trace
 _DATA_READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__", "item",
                          "tolist", "numpy", "__array__", "__format__"})
@@ -60,6 +61,7 @@ class View:
     meta: torch.Tensor      # a meta tensor laid out as eager lays the view out
     synced: int             # the root's version its value was last derived at
     sibling: bool = False   # one of several views one op returned (split, chunk, unbind)
+    detached: bool = False  # made through `detach()` / `.data`: its writes are not autograd's
 
 
 @dataclasses.dataclass
@@ -104,31 +106,57 @@ def resolve(ctx, x):
 
 def write(ctx, target: TensorProxy, value) -> TensorProxy:
     """Makes `value` the contents of `target` from now on, converted and broadcast to it as an
-    in-place op stores its result; through a view, the view's root changes too."""
+    in-place op stores its result; through a view, the view's root changes too. A write autograd
+    does not see (in a no_grad block, or through `detach()` / `.data`) into a tensor that
+    requires grad changes its values only: its gradient still flows to its old history."""
     m = ctx.mutations
     view = m.views.get(id(target))
     root = view.base if view is not None else target
-    _check_writable(ctx, root, view)
-    if (view is not None and view.sibling and torch.is_grad_enabled()
+    detached = view is not None and view.detached
+    if not detached:
+        _check_writable(ctx, root, view)
+    hidden = (detached or not torch.is_grad_enabled()) and current(ctx, root).requires_grad
+    if (view is not None and view.sibling and torch.is_grad_enabled() and not hidden
             and current(ctx, target).requires_grad):
         _sibling_view_error(modify_base=False)
-    value = ctx.run(_fit, ctx, target, value)
+    value = ctx.run(_fit, ctx, target, value, hidden)
     if id(root) in ctx.input_layouts and any(v.base is root for v in m.views.values()):
         from ir.torch_ops import layout_meta
         ctx.run(layout_meta, root)      # guards it: which ops made views depends on its layout
-    if view is None:
-        m.values[id(root)] = (root, value)
-    else:
-        m.values[id(root)] = (root, ctx.run(_scatter, current(ctx, root), view.fn, value))
+    old = current(ctx, root)
+    new = value if view is None else ctx.run(_scatter, old, view.fn, value)
+    if hidden:
+        with torch.enable_grad():
+            new = ctx.run(record_helper, values_behind_autograd, (old, new),
+                          [(root.shape, root.dtype)])[0]
+    m.values[id(root)] = (root, new)
     version = m.versions[id(root)] = m.versions.get(id(root), 0) + 1
-    if view is not None:
+    if view is not None and not hidden:     # else derived again from the root, with its history
         m.values[id(target)] = (target, value)
         view.synced = version
     return target
 
 
-def _fit(ctx, target, value):
-    """value as target's dtype and shape (a number filled in)."""
+class _BehindAutograd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, old, new):
+        return new.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def values_behind_autograd(old, new):
+    """`new`'s values with `old`'s autograd history: what a write autograd does not see leaves
+    in a tensor that requires grad (eager's graph still holds the old history, and the gradient
+    reaches it unchanged)."""
+    return _BehindAutograd.apply(old, new)
+
+
+def _fit(ctx, target, value, hidden: bool = False):
+    """value as target's dtype and shape (a number filled in); where autograd sees the write
+    (not `hidden`), it requires grad if target did."""
     from ir import torch_ops
     if not isinstance(value, TensorProxy):
         value = torch_ops.full(target.shape, value, dtype=target.dtype, device=target.device)
@@ -137,7 +165,7 @@ def _fit(ctx, target, value):
         torch_ops.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
         value = torch_ops.expand_to(value, target.shape)
     old = current(ctx, target)
-    if old.requires_grad and not value.requires_grad:
+    if old.requires_grad and not value.requires_grad and not hidden:
         # eager's result keeps requiring grad (a zero gradient flows to the old value)
         never = torch_ops.full(target.shape, False, dtype=torch.bool, device=target.device)
         value = torch_ops.where(never, old, value)
@@ -261,18 +289,22 @@ def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
     except Exception:       # noqa: BLE001  (the op ran on proxies; its meta run is only a probe)
         return
     metas = metas if isinstance(metas, (tuple, list)) else (metas,)
-    storage = _storage_root(self_meta)
+    storage = _storage(self_meta)
     for i, (out, meta) in enumerate(zip(outs, metas)):
         if (isinstance(out, TensorProxy) and out is not self and isinstance(meta, torch.Tensor)
-                and _storage_root(meta) is storage):
+                and _storage(meta) == storage):
             sequence = isinstance(result, (tuple, list))
             m.views[id(out)] = View(root, _derivation(parent, replay, i, sequence), meta,
                                     m.versions.get(id(root), 0),
-                                    sibling=sequence or (parent is not None and parent.sibling))
+                                    sibling=sequence or (parent is not None and parent.sibling),
+                                    detached=name in _DETACHING or (parent is not None
+                                                                     and parent.detached))
 
 
-def _storage_root(meta):
-    return meta._base if meta._base is not None else meta
+def _storage(meta) -> int:
+    """The identity of meta's storage: a view shares it, and so does an alias that autograd does
+    not call a view (`detach()`, `.data`)."""
+    return meta.untyped_storage()._cdata
 
 
 def _derivation(parent, replay, index, sequence):

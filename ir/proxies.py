@@ -73,13 +73,46 @@ class ScalarProxy(Var):
     def __le__(self, o): return active_trace().compare("le", self, o)
     def __gt__(self, o): return active_trace().compare("gt", self, o)
     def __ge__(self, o): return active_trace().compare("ge", self, o)
-    __hash__ = Var.__hash__
+
+    def __hash__(self):
+        """Eager's hash of the number (`n in {64, 128}`, a dict keyed by a shape): specialized,
+        as the lookup's `==` would be."""
+        return hash(self.__float__() if isinstance(self, FloatProxy) else self.__index__())
 
     def __bool__(self): return active_trace().compare("ne", self, 0)
+
+    # torch.sym_max / sym_min / sym_float, as on the numbers (a float result if either is one)
+    def __sym_max__(self, o): return _promoted(self if self >= o else o, self, o)
+    def __sym_min__(self, o): return _promoted(self if self <= o else o, self, o)
+    def __sym_float__(self): return self * 1.0
+
+    @property
+    def node(self):
+        """What torch's SymInt helpers read first (`torch.broadcast_shapes` asks
+        `node.is_nested_int()`): a traced number is a plain one, not a nested int."""
+        return _PLAIN_NUMBER_NODE
 
     def __float__(self) -> float:
         active_trace().compare("eq", self, self.hint)
         return float(self.hint)
+
+
+def _promoted(x, a, b):
+    return x * 1.0 if any(isinstance(v, (float, FloatProxy)) for v in (a, b)) else x
+
+
+class _PlainNumberNode:
+    """The `node` of a traced number: answers `is_nested_int()`; anything else of SymInt's
+    machinery is refused with a clear error."""
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        raise TypeError(f"SymInt's node.{name} is not supported on a number traced by ir.jit")
+
+
+_PLAIN_NUMBER_NODE = _PlainNumberNode()
 
 
 def _binary_op(op):
@@ -120,6 +153,9 @@ class IntProxy(ScalarProxy, torch.SymInt):
 
     def __trunc__(self): return self
     __floor__ = __ceil__ = __trunc__
+
+    def bit_length(self) -> int:
+        return self.__index__().bit_length()
 
     def __round__(self, ndigits=None):
         return self if ndigits is None or ndigits >= 0 else round(self.__index__(), ndigits)

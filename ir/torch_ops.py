@@ -512,6 +512,7 @@ def _matrix_transpose(input):
 PROPERTIES = {"T": lambda input: permute(input, tuple(reversed(range(input.ndim)))),
               "mT": _matrix_transpose}
 PROPERTIES["H"], PROPERTIES["mH"] = PROPERTIES["T"], PROPERTIES["mT"]
+PROPERTIES["data"] = lambda input: opaque(torch.Tensor.detach, (input,), {})   # an alias
 # Attributes that library code reads of a tensor, answered from the metadata (traced tensors are
 # dense, strided and real: `ir.jit` refuses other arguments)
 PROPERTIES.update({
