@@ -31,7 +31,7 @@ _PLAIN = (tuple, list, dict)
 # leaves an output may hold besides traced values: numbers, and literals that generated code
 # writes as themselves
 _OUTPUT_LITERALS = (bool, int, float, complex, str, type(None), torch.dtype, torch.layout,
-                    torch.memory_format)
+                    torch.memory_format, torch.device)
 
 
 class Keywords(dict):

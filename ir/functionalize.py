@@ -113,6 +113,7 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
     view = m.views.get(id(target))
     root = view.base if view is not None else target
     detached = view is not None and view.detached
+    input_leaf(ctx, root)
     if not detached:
         _check_writable(ctx, root, view)
     hidden = (detached or not torch.is_grad_enabled()) and current(ctx, root).requires_grad
@@ -170,6 +171,32 @@ def _fit(ctx, target, value, hidden: bool = False):
         never = torch_ops.full(target.shape, False, dtype=torch.bool, device=target.device)
         value = torch_ops.where(never, old, value)
     return value
+
+
+def requires_grad_now(ctx, x) -> bool:
+    """Whether x requires grad as the traced code sees it: the value an in-place op last wrote
+    into it does (or x itself)."""
+    entry = ctx.mutations.values.get(id(x))
+    return (x if entry is None else entry[1])._requires_grad
+
+
+def is_leaf(ctx, x) -> bool:
+    """`x.is_leaf` of a tensor the traced code holds: one that does not require grad is a leaf,
+    one computed (or written) with a value that requires grad is not, and an input that
+    requires grad is a leaf or not as the caller made it (`input_leaf`)."""
+    if not requires_grad_now(ctx, x):
+        return True
+    return x._requires_grad and input_leaf(ctx, x)
+
+
+def input_leaf(ctx, x) -> bool:
+    """Whether x is an input that requires grad and is a leaf, guarded: eager's checks of a
+    write into it, and its write-back, depend on it."""
+    if id(x) not in ctx.input_layouts or not x._requires_grad:
+        return False
+    leaf = id(x) in ctx.mutations.leaves
+    ctx.add_guard(("is_leaf", x, leaf))
+    return leaf
 
 
 def _check_writable(ctx, root, view) -> None:
@@ -387,6 +414,8 @@ def tensor_method(ctx, self, name: str):
     if is_in_place_name(name) and hasattr(torch.Tensor, name):
         return lambda *args, **kwargs: ctx.run(in_place_method, ctx, name, self,
                                                *ctx.run(ctx.captured, (args, kwargs)))
+    if name == "is_leaf":       # of the tensor the code holds, not of its current value
+        return ctx.run(is_leaf, ctx, self)
     attribute = ctx.run(tracing.tensor_method, current(ctx, self), name)
     if not callable(attribute):
         note_views(ctx, name, self, attribute, lambda b: tracing.tensor_method(b, name),

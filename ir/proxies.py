@@ -232,7 +232,7 @@ class TensorProxy(Var, torch.Tensor):
     metadata are its own slots, which shadow the tensor's, and every torch function or method
     reaches the tracer through `__torch_function__` before any kernel could run."""
 
-    __slots__ = ("name", "_size", "dtype", "device", "requires_grad", "neg")
+    __slots__ = ("name", "_size", "dtype", "device", "_requires_grad", "neg")
 
     @staticmethod
     def __new__(cls, name, shape, dtype, device, requires_grad=False, neg=False):
@@ -266,6 +266,17 @@ class TensorProxy(Var, torch.Tensor):
     @shape.setter
     def shape(self, sizes) -> None:
         self._size = torch.Size(sizes)
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether the value requires grad; to the traced code, its current value's (an
+        in-place write of a value requiring grad makes a tensor require grad, as in eager)."""
+        ctx = ACTIVE_TRACE.get()
+        return self._requires_grad if ctx is None else ctx.requires_grad(self)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = value
 
     @property
     def ndim(self) -> int:

@@ -86,7 +86,7 @@ def render(x) -> str:
     if isinstance(x, slice):
         return f"slice({render(x.start)}, {render(x.stop)}, {render(x.step)})"
     if isinstance(x, torch.device):
-        return repr(str(x))
+        return f"torch.device({str(x)!r})"
     if isinstance(x, _LITERAL_TYPES):
         return repr(x)
     raise TypeError(f"a {type(x).__name__} value cannot be written into generated code")

@@ -163,6 +163,13 @@ class TraceContext:
             return bound(*args, **kwargs)
         return method
 
+    def requires_grad(self, proxy) -> bool:
+        """`proxy.requires_grad`: to the traced code, that of the value an in-place op last
+        wrote into it (`ir.functionalize`); to the tracer, the proxy's own."""
+        if self.depth:
+            return proxy._requires_grad
+        return _functionalize().requires_grad_now(self, proxy)
+
     def reads_data(self, operation: str, func, args, kwargs) -> None:
         """Raises DataDependentError for Python code reading a traced tensor's data
         (`func(*args, **kwargs)`), naming the user's line and the operation; or eager's error
@@ -603,8 +610,12 @@ def tensor_method(self, name: str):
     if name in METHODS:
         return functools.partial(_method_call, name, METHODS[name], self)
     method = getattr(torch.Tensor, name, None)
-    if method is None or not callable(method):
+    if method is None:
         raise AttributeError(f"traced tensor has no attribute {name!r}")
+    if not callable(method):    # eager's tensors have it: not an AttributeError (`hasattr`)
+        raise NotImplementedError(
+            f"ir.jit: Tensor.{name} of a traced tensor is not supported (it is autograd's or "
+            f"the storage's state at run time); run code reading it eagerly")
     return functools.partial(_opaque_method, name, method, self)
 
 
