@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from semantics import grid, jit
+from semantics import EXAMPLES, grid, jit
 
 # Expressions of `s` (x.shape or x.size()) and `x`; each returns a Python value or a tensor.
 SHAPE_EXPRESSIONS = (
@@ -57,7 +57,7 @@ def assert_same_python(actual, expected, path="out"):
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
 
 
-@settings(max_examples=30)
+@settings(max_examples=EXAMPLES)
 @given(data=st.data(), where=grid, via_size=st.booleans(), first=shapes,
        later=st.lists(st.lists(st.integers(1, 5), min_size=3, max_size=3), max_size=2))
 def test_shape_operations_match_eager_with_eagers_types(data, where, via_size, first, later):
