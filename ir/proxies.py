@@ -28,6 +28,12 @@ def active_trace():
     return ctx
 
 
+def _user_code() -> bool:
+    """Whether the traced function's own code runs now (not the tracer's, which runs deeper)."""
+    ctx = ACTIVE_TRACE.get()
+    return ctx is not None and not ctx.depth
+
+
 class DataDependentError(NotImplementedError):
     """Python code read a traced tensor's data (`if mask.all():`, `bool(t)`, `t.item()`,
     `float(t)`): its value is known only when the computation runs, so no trace can branch on it."""
@@ -143,6 +149,12 @@ class IntProxy(ScalarProxy, torch.SymInt):
 
     __slots__ = ()
 
+    @property
+    def __class__(self):
+        """`int` to the traced code, as `isinstance(n, int)` is True of eager's number (library
+        code branches on it: transformers' `logits_to_keep`); IntProxy to the tracer."""
+        return int if _user_code() else IntProxy
+
     def __invert__(self): return active_trace().scalar_unary("invert", self)
 
     def __index__(self) -> int:
@@ -166,6 +178,11 @@ class FloatProxy(ScalarProxy, torch.SymFloat):
     from `torch.SymFloat` for the same reason IntProxy derives from SymInt."""
 
     __slots__ = ()
+
+    @property
+    def __class__(self):
+        """`float` to the traced code (`isinstance(scale, float)`), FloatProxy to the tracer."""
+        return float if _user_code() else FloatProxy
 
     def __int__(self) -> int:
         return self.__trunc__().__index__()     # guards the int, not the float it came from

@@ -4,7 +4,8 @@ slicing, `+`, `*`, `numel()`, `==`, unpacking, `in` a set, a dict keyed by a sha
 `torch.broadcast_shapes`, a reshape or factory taking a derived shape, ...) give eager's values
 with eager's Python types, in both cache modes and both executors, on a first call and on later
 calls with other sizes (symbolic mode serves them from the same entry where the guards allow).
-A torch.Size returned, or passed in, stays a torch.Size."""
+A torch.Size returned, or passed in, stays a torch.Size; a size, and a number argument in
+symbolic mode, is an int (or a float) to `isinstance`."""
 import math
 
 import pytest
@@ -27,6 +28,8 @@ SHAPE_EXPRESSIONS = (
     "x.new_zeros(s)", "x.reshape(s[:-1] + (-1,))", "x.view(*s)", "x.expand(s)",
     "torch.zeros(s).shape", "x.new_ones(s[1:]).size()", "x.reshape(s.numel())",
     "x.flatten().shape == torch.Size([s.numel()])", "x.T.shape", "x.unsqueeze(0).shape[1:]",
+    "isinstance(s[0], int)", "isinstance(s[-1] / 2, float)", "isinstance(s.numel(), int)",
+    "[i for i in range(s[-1])]",
 )
 # differs in symbolic mode, by design: a traced size prints as its symbol (README)
 CONSTANT_MODE_ONLY = ("str(s)", "repr(s)")
@@ -83,3 +86,16 @@ def test_a_size_argument_and_output_stay_torch_size(mode):
     assert type(size) is torch.Size and size == (3, 4)
     assert type(extra["shape"]) is torch.Size and extra["shape"] == (6,)
     assert out.shape == (3, 4)
+
+
+@pytest.mark.parametrize("executor", ["torch", "triton"])
+def test_number_arguments_are_ints_and_floats_to_isinstance(executor):
+    """transformers' `logits_to_keep`: `slice(-n, None) if isinstance(n, int) else n`, where
+    n == 0 keeps every position; a traced int taken for a tensor index keeps one."""
+    def f(x, n, scale):
+        keep = slice(-n, None) if isinstance(n, int) else n
+        return x[:, keep] * (scale if isinstance(scale, float) else 10.0)
+    x = torch.randn(2, 5, 3)
+    jfn = jit(f, executor, "symbolic values")
+    for n, scale in [(0, 0.5), (2, 1.5), (3, 0.25)]:
+        assert_same_python(jfn(x, n, scale), f(x, n, scale))
