@@ -28,7 +28,7 @@ from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
-from ir.trace import Trace, iter_vars
+from ir.trace import Trace, check_defined, iter_vars
 from ir.tracing import TraceContext, opaque, record, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
@@ -557,6 +557,7 @@ class JitFunction:
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
+        check_defined(traced)
         traces = [traced]
         trace = traced
         values = _paired_values(inputs, args)
