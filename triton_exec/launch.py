@@ -112,6 +112,8 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
     if lowered.whole_rows:
         return _row_config(lowered, rows_hint, cols_hint, tile)
+    if lowered.column_rows is not None:
+        return _column_config(lowered, rows_hint, cols_hint, tile)
     config = (_chunked_config(lowered, rows_hint, cols_hint, lowered.max_width) if lowered.chunks
               else _whole_config(lowered, rows_hint, cols_hint, tile))
     if lowered.loop is None:
@@ -139,6 +141,21 @@ def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> 
     cols = max(triton.next_power_of_2(max(cols_hint, 1)), width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 8 if cols >= 8192 else 4
+    while warps > 1 and rows * cols < 32 * warps * width:
+        warps //= 2
+    return LaunchConfig(rows, cols, warps, width)
+
+
+COLUMN_BLOCK = 256      # columns of a column plan's program at most
+
+
+def _column_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
+    """A column plan's: COLS up to `COLUMN_BLOCK` columns (programs along the columns), ROWS
+    filling about `tile` elements of the accumulator per step of the row loop."""
+    width = lowered.max_width
+    cols = max(min(triton.next_power_of_2(max(cols_hint, 1)), COLUMN_BLOCK), width)
+    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
+    warps = 4
     while warps > 1 and rows * cols < 32 * warps * width:
         warps //= 2
     return LaunchConfig(rows, cols, warps, width)

@@ -1,13 +1,16 @@
-"""Which reductions may share a fusion group (`triton_exec.fusion`): a group with reductions is
-lowered one row per program (`triton_exec.codegen.row_plan`), so its reductions share their
-outer dims and their row, and its root has the row's shape or the reduced one (keepdim or
-not). A reduction that does not fit the group of its consumers starts a group of its own; a
+"""Which reductions may share a fusion group (`triton_exec.fusion`): a group with reductions over
+the innermost dims is lowered one row per program (`triton_exec.codegen.row_plan`), so its
+reductions share their outer dims and their row, and its root has the row's shape or the
+reduced one (keepdim or not); a group with reductions over outer dims is lowered one block of
+columns per program (`triton_exec.codegen.column_reduction`), so its reductions share their
+rows and columns, and its root has the kept shape (keepdim or not). The two kinds never share
+a group. A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling.
 """
 from __future__ import annotations
 
 from ir.proxies import same_shape
-from triton_exec.codegen.lower_reduction import row_of
+from triton_exec.codegen.lower_reduction import columns_of, over_columns, row_of
 from triton_exec.rules import rule_of
 
 
@@ -25,14 +28,31 @@ def _fits_root(root_shape, outer, reduced) -> bool:
     return len(root_shape) == n and same_shape(root_shape, outer)
 
 
+def _split(eqn) -> tuple:
+    """(over columns, the sizes it reduces or keeps first, then the others): what reductions
+    of one group share."""
+    if over_columns(eqn):
+        return (True, *columns_of(eqn))
+    return (False, *row_of(eqn))
+
+
+def _fits_column_root(root_shape, reduced, kept) -> bool:
+    n = len(root_shape) - len(kept)
+    return n in (0, len(reduced)) and same_shape(root_shape[n:], kept) and all(
+        isinstance(s, int) and s == 1 for s in root_shape[:n])
+
+
 def joins(trace, eqn, members: list) -> bool:
     """Whether `eqn` may join the group of these members (equation indices, its root first)."""
     if not reduces(eqn):
         return True
-    outer, reduced = row_of(eqn)
-    others = [row_of(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
-    return (_fits_root(tuple(trace.eqns[members[0]].out.shape), outer, reduced)
-            and all(same_shape(o, outer) and same_shape(r, reduced) for o, r in others))
+    columns, first, second = _split(eqn)
+    root_shape = tuple(trace.eqns[members[0]].out.shape)
+    fits = (_fits_column_root(root_shape, first, second) if columns
+            else _fits_root(root_shape, first, second))
+    others = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
+    return fits and all(c == columns and same_shape(a, first) and same_shape(b, second)
+                        for c, a, b in others)
 
 
 def mergeable(trace, group: list) -> bool:

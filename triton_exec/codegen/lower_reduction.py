@@ -1,17 +1,21 @@
-"""The lowering of reductions over the innermost dims (`sum`, `amax`, `amin`): in a row plan
+"""The lowering of reductions (`sum`, `amax`, `amin`). Over the innermost dims, in a row plan
 (`row_plan`: one program per block of whole rows, COLS covering the row) a reduction is a
 reduction (`tl.reduce`) of its input's tile along COLS, a [ROWS, 1] tile that broadcasts
-against the row. Accumulation is in fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16
-result is rounded once, as eager rounds it. amax/amin propagate NaN as eager does (Triton's
-max/min drop it). Registers the rules on import (`triton_exec.rules`); reductions over outer
-dims, empty rows and rows past `ROW_LIMIT` are refused (torch runs them). Imports `kernel_types` and
-`narrow_tiles` from this package.
+against the row. Over outer dims (a prefix of the input's dims: the column sums of a weight's or
+a broadcast's gradient), in a column plan (`column_reduction`) it is a loop over blocks of rows
+accumulating a [ROWS, COLS] tile, reduced along ROWS into a [1, COLS] tile. Accumulation is in
+fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16 result is rounded once, as eager rounds
+it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers the rules on
+import (`triton_exec.rules`); reductions over other dims, empty rows and rows past `ROW_LIMIT`
+are refused (torch runs them). Imports `kernel_types`, `narrow_tiles` and `render` from this
+package.
 """
 from __future__ import annotations
 
 from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
+from triton_exec.codegen.render import split_dependent
 from triton_exec.codegen.narrow_tiles import rounded_tile
 from triton_exec.rules import register
 from triton_exec.vectorize import Path
@@ -34,10 +38,38 @@ def row_of(eqn):
     return tuple(t.shape[:t.ndim - len(dims)]), tuple(t.shape[t.ndim - len(dims):])
 
 
+def over_columns(eqn) -> bool:
+    """Whether the reduction is over outer dims (a prefix of its input's, not all of them): a
+    column plan's (`column_reduction`); else over the innermost dims, a row plan's."""
+    t, dims = eqn.args[0], tuple(eqn.params["dims"])
+    return 0 < len(dims) < t.ndim and dims == tuple(range(len(dims)))
+
+
+def columns_of(eqn):
+    """(reduced sizes, kept sizes) of a reduction over outer dims: the rows it sums, the
+    columns it keeps."""
+    t, k = eqn.args[0], len(eqn.params["dims"])
+    return tuple(t.shape[:k]), tuple(t.shape[k:])
+
+
+def _column_refusal(eqn):
+    reduced, kept = columns_of(eqn)
+    if any(vectorize.hint_of(s) == 0 for s in kept):
+        return f"{eqn.prim.name} into an empty result is left to torch"
+    if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):     # COLS walks them flat
+        return f"{eqn.prim.name} keeping several dims of runtime size is not fused"
+    if eqn.prim.name != "sum" and any(isinstance(s, IntProxy) or s == 0 for s in reduced):
+        # an empty reduction is eager's error: only a constant row count rules it out
+        return f"{eqn.prim.name} over outer dims of runtime or zero size is not fused"
+    return None
+
+
 def _refusal(eqn):
     t, dims = eqn.args[0], eqn.params["dims"]
+    if over_columns(eqn):
+        return _column_refusal(eqn)
     if not dims or tuple(dims) != tuple(range(t.ndim - len(dims), t.ndim)):
-        return f"{eqn.prim.name} over outer dims {dims} is not fused (torch runs it)"
+        return f"{eqn.prim.name} over dims {dims} is not fused (torch runs it)"
     reduced = row_of(eqn)[1]
     if any(isinstance(s, IntProxy) for s in reduced):   # COLS would bound the entry's sizes
         return f"{eqn.prim.name} over a row of runtime length is not fused (torch runs it)"
@@ -65,7 +97,9 @@ def split_columns(cols, reduced) -> list:
 
 def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
-    reduced along COLS into a [ROWS, 1] tile."""
+    reduced along COLS into a [ROWS, 1] tile; in a column plan, see `column_reduction`."""
+    if w.row is None:
+        return _reduce_columns(w, eqn)
     t, name = eqn.args[0], eqn.prim.name
     outer, reduced = row_of(eqn)
     row_path = Path().through(reduced[-1]) if len(reduced) == 1 else Path().broken()
@@ -78,6 +112,51 @@ def _reduce(w, eqn, idx, mask, path):
     if name != "sum":           # NaN wins, as in eager
         nan = w.let("v", f"tl.reduce(tl.where({in_row} & ({x} != {x}), 1, 0), 1, "
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
+        result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+    return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
+
+
+def _reduce_columns(w, eqn):
+    """The reduction of the columns (a column plan's, `w.columns`): a loop over blocks of ROWS
+    rows accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along ROWS gives
+    a [1, COLS] tile (the plan's tile shape outside the loop). The input's lines that read no
+    row index (loads of values broadcast along the rows) run once, before the loop; names bound
+    inside the loop are forgotten after it."""
+    t, name, tile = eqn.args[0], eqn.prim.name, w.columns
+    reduced, kept = columns_of(eqn)
+    start, outside_shape = len(w.lines), w.shape
+    w.shape = "[ROWS, COLS]"
+    row_start = w.names.fresh("row_start")
+    w.lines.append(f"rows = {row_start} + tl.arange(0, ROWS)[:, None]"
+                   + ("" if w.narrow else ".to(tl.int64)"))
+    idx = list(tile.outer[:len(reduced)]) + split_columns(tile.cols, kept)
+    path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+    x = w.value(t, idx, tile.in_domain, path)
+    in_domain = w.mask_name(tile.in_domain)
+    fn, neutral = REDUCE_SRC[name]
+    acc = w.names.fresh("acc")
+    masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
+    if name == "sum":
+        update = f"{acc} + {masked}"
+    else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
+        pick = "maximum" if name == "amax" else "minimum"
+        update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
+                  f"tl.{pick}({acc}, {masked}))")
+    body = w.lines[start:]
+    del w.lines[start:]
+    before, inside, defined = split_dependent(body, {row_start})
+    w.lines.extend(before)
+    w.lines.append(f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
+                   f"# {name} of each lane's rows, accumulated in fp32")
+    w.lines.append(f"for {row_start} in range(0, {w.render.expr(tile.rows_extent, top=True)}, "
+                   f"ROWS):")
+    w.lines.extend("    " + line for line in inside + [f"{acc} = {update}"])
+    w.forget(defined)
+    w.shape = outside_shape
+    result = w.let("v", f"tl.reduce({acc}, 0, {fn}, keep_dims=True)", f"{name} over the rows")
+    if name != "sum":
+        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), 0, "
+                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "a row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 

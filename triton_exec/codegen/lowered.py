@@ -137,6 +137,8 @@ class Lowered:
     loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
                                     # per program, the grid's second axis); `rows` excludes it
     whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
+    column_rows: "index.Expr | None" = None     # a column plan (`column_reduction`): the rows
+                                                # each program reduces (`rows` is 1)
 
     @property
     def domain(self) -> tuple:

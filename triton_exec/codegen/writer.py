@@ -56,6 +56,7 @@ class KernelWriter:
         self.pairs = None                   # pair tiling (`pairs.Pairs`), or None
         self.loop = None                    # the loop over an outer dim (`tile_plan.Loop`)
         self.row = None                     # the row plan's tile, read by reductions
+        self.columns = None                 # the column plan's tile, read by reductions
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
@@ -90,6 +91,14 @@ class KernelWriter:
             return self.let("v", negative_zero(self.shape))
         return self.let("v", f"tl.full({self.shape}, {self.value(value, [], index.TRUE, None)}, "
                              f"{TL_DTYPE[compute_dtype(dtype)]})")
+
+    def forget(self, names: set) -> None:
+        """Forgets the values, masks and loads bound to these names (bound inside a loop, not
+        defined after it): a later use binds them anew."""
+        for table in (self.memo, self.render.names, self.loaded, self.narrow_tiles):
+            for key in [k for k, v in table.items() if (v if isinstance(v, str) else k) in names]:
+                del table[key]
+        self.render.masks[:] = [(m, n) for m, n in self.render.masks if n not in names]
 
     # ---- runtime integers ------------------------------------------------------------------
     def runtime_int(self, source, name: str, divisor: int, bounded: bool) -> index.Leaf:

@@ -1,0 +1,76 @@
+"""The column plan: a group whose reductions are over outer dims (`lower_reduction.over_columns`:
+the column sums of a weight's or a broadcast's gradient, `g.sum((0, 1))` of a [B, T, C] value)
+is tiled over the kept columns, one program per block of COLS columns; each reduction loops over
+the reduced rows in blocks of ROWS (`lower_reduction._reduce_columns`), computing its fused
+producers there, and the ops after the reductions run on [1, COLS] tiles. The domain is
+[reduced dims..., kept columns]; every output has the kept shape (keepdim or not:
+`triton_exec.row_groups`). One program reduces every row of its columns, so the result does
+not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
+`lowered`, `render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ir import TensorProxy
+from triton_exec import index, vectorize
+from triton_exec.codegen import kernel_types
+from triton_exec.codegen.analysis import analyze
+from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
+from triton_exec.codegen.kernel_types import TL_DTYPE, known
+from triton_exec.codegen.lower_reduction import columns_of, over_columns, split_columns
+from triton_exec.codegen.lowered import Access, Lowered
+from triton_exec.codegen.render import render_kernel
+from triton_exec.codegen.tile_plan import plan_tile
+from triton_exec.rules import rule_of
+from triton_exec.vectorize import Path
+
+
+def column_reductions(eqns) -> list:
+    return [e for e in eqns if rule_of(e) is not None and rule_of(e).reduces and over_columns(e)]
+
+
+def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
+    """Lowers a group with reductions over outer dims (see the module)."""
+    reduced, kept = columns_of(column_reductions(eqns)[0])
+    group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
+    width = math.prod(kept)
+    numel = math.prod(vectorize.hint_of(s) for s in reduced) * vectorize.hint_of(width)
+    group = dataclasses.replace(group, domain=(*reduced, width), wide_cols=False,
+                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
+    w = kernel_writer(group, vectorize_enabled)
+    tile = plan_tile(group, w, pairing_allowed=False)
+    w.columns, w.shape = tile, "[1, COLS]"
+    w.rows, w.cols = tile.rows, tile.cols
+    w.column_leaves.append(tile.cols)
+    w.lines.append(f"# Tile [ROWS, COLS] of the rows and columns "
+                   f"[{', '.join(w.describe(s) for s in tile.sizes)}]: each program reduces "
+                   f"every row of its COLS columns, ROWS rows at a time")
+    w.lines.append("pid = tl.program_id(0)")
+    w.lines.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
+    w.lines.append("cols = pid * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
+    w.lines.append("# Values, as functions of the output index")
+    in_cols = index.Mask((index.Less(tile.cols, tile.cols_extent),))
+    stores = [_store(w, tile, out, k, kept, in_cols) for k, out in enumerate(group.outputs)]
+    source = render_kernel(name, w, stores)
+    return Lowered(name, source, w.params, w.accesses, w.guards, index.Const(1),
+                   tile.cols_extent, group.outputs, w.itemsizes, runtime_sizes(group, w),
+                   sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
+                   group.domain, column_rows=tile.rows_extent)
+
+
+def _store(w, tile, out: TensorProxy, k: int, kept, in_cols) -> str:
+    """The store line of output k (the kept shape, with or without the reduced dims as 1s)."""
+    lead = len(out.shape) - len(kept)
+    assert all(known(s) and s == 1 for s in out.shape[:lead]), f"{out.name} is not of the kept shape"
+    idx = [index.Const(0)] * lead + split_columns(tile.cols, kept)
+    width = vectorize.store_width(out.dtype.itemsize, math.prod(kept), w.vectorize)
+    path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+    val = w.value(out, idx, in_cols, path)
+    w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
+    w.itemsizes.append(out.dtype.itemsize)
+    offset = w.tile_shaped(tile.cols)
+    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
+            f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(in_cols)})  "
+            f"# {out.name}, {width} per access")
