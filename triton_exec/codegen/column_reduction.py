@@ -27,6 +27,15 @@ from triton_exec.rules import rule_of
 from triton_exec.vectorize import Path
 
 
+@dataclasses.dataclass
+class Columns:
+    """The column plan's state that the reductions' lowering reads (`w.columns`)."""
+
+    tile: object                # the plan's `tile_plan.Tile`
+    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> [1, COLS] tile
+    capturing: bool = False     # inside a reduction's loop
+
+
 def column_reductions(eqns) -> list:
     return [e for e in eqns if rule_of(e) is not None and rule_of(e).reduces and over_columns(e)]
 
@@ -35,13 +44,13 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     """Lowers a group with reductions over outer dims (see the module)."""
     reduced, kept = columns_of(column_reductions(eqns)[0])
     group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
-    width = math.prod(kept)
+    width = _flat(kept)
     numel = math.prod(vectorize.hint_of(s) for s in reduced) * vectorize.hint_of(width)
     group = dataclasses.replace(group, domain=(*reduced, width), wide_cols=False,
                                 narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
     w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w, pairing_allowed=False)
-    w.columns, w.shape = tile, "[1, COLS]"
+    w.columns, w.shape = Columns(tile), "[1, COLS]"
     w.rows, w.cols = tile.rows, tile.cols
     w.column_leaves.append(tile.cols)
     w.lines.append(f"# Tile [ROWS, COLS] of the rows and columns "
@@ -52,6 +61,9 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     w.lines.append("cols = pid * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
     w.lines.append("# Values, as functions of the output index")
     in_cols = index.Mask((index.Less(tile.cols, tile.cols_extent),))
+    for eqn in column_reductions(group.eqns):   # in trace order: one reads those before it
+        w.value(eqn.out, split_columns(tile.cols, columns_of(eqn)[1]), in_cols, Path())
+    in_cols = index.Mask((index.Less(tile.cols, tile.cols_extent),))
     stores = [_store(w, tile, out, k, kept, in_cols) for k, out in enumerate(group.outputs)]
     source = render_kernel(name, w, stores)
     return Lowered(name, source, w.params, w.accesses, w.guards, index.Const(1),
@@ -60,12 +72,18 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
                    group.domain, column_rows=tile.rows_extent)
 
 
+def _flat(kept):
+    """The kept columns' count: one size (a runtime one too), or a product of constants
+    (`lower_reduction` refuses several kept dims of runtime size)."""
+    return kept[0] if len(kept) == 1 else math.prod(kept)
+
+
 def _store(w, tile, out: TensorProxy, k: int, kept, in_cols) -> str:
     """The store line of output k (the kept shape, with or without the reduced dims as 1s)."""
     lead = len(out.shape) - len(kept)
     assert all(known(s) and s == 1 for s in out.shape[:lead]), f"{out.name} is not of the kept shape"
     idx = [index.Const(0)] * lead + split_columns(tile.cols, kept)
-    width = vectorize.store_width(out.dtype.itemsize, math.prod(kept), w.vectorize)
+    width = vectorize.store_width(out.dtype.itemsize, _flat(kept), w.vectorize)
     path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
     val = w.value(out, idx, in_cols, path)
     w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))

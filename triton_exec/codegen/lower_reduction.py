@@ -58,9 +58,8 @@ def _column_refusal(eqn):
         return f"{eqn.prim.name} into an empty result is left to torch"
     if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):     # COLS walks them flat
         return f"{eqn.prim.name} keeping several dims of runtime size is not fused"
-    if eqn.prim.name != "sum" and any(isinstance(s, IntProxy) or s == 0 for s in reduced):
-        # an empty reduction is eager's error: only a constant row count rules it out
-        return f"{eqn.prim.name} over outer dims of runtime or zero size is not fused"
+    if eqn.prim.name != "sum" and any(vectorize.hint_of(s) == 0 for s in reduced):
+        return f"{eqn.prim.name} over no rows is eager's error: left to torch"
     return None
 
 
@@ -99,7 +98,7 @@ def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
     reduced along COLS into a [ROWS, 1] tile; in a column plan, see `column_reduction`."""
     if w.row is None:
-        return _reduce_columns(w, eqn)
+        return _reduce_columns(w, eqn, idx)
     t, name = eqn.args[0], eqn.prim.name
     outer, reduced = row_of(eqn)
     row_path = Path().through(reduced[-1]) if len(reduced) == 1 else Path().broken()
@@ -116,22 +115,29 @@ def _reduce(w, eqn, idx, mask, path):
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 
 
-def _reduce_columns(w, eqn):
-    """The reduction of the columns (a column plan's, `w.columns`): a loop over blocks of ROWS
-    rows accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along ROWS gives
-    a [1, COLS] tile (the plan's tile shape outside the loop). The input's lines that read no
-    row index (loads of values broadcast along the rows) run once, before the loop; names bound
-    inside the loop are forgotten after it."""
-    t, name, tile = eqn.args[0], eqn.prim.name, w.columns
+def _reduce_columns(w, eqn, idx):
+    """The reduction of the columns at index `idx` (of its kept dims) in a column plan
+    (`w.columns`, a `column_reduction.Columns`): a loop over blocks of ROWS rows accumulates the
+    input's [ROWS, COLS] tile in fp32, then one reduction along ROWS gives a [1, COLS] tile (the
+    plan's tile shape outside the loop). The input's lines that read no row index (loads of
+    values broadcast along the rows) run once, before the loop; names bound inside the loop are
+    forgotten after it. The plan lowers its reductions in trace order first, so one that reads
+    another finds it computed (`Columns.results`)."""
+    plan, key = w.columns, (id(eqn.out), tuple(idx))
+    if key in plan.results:
+        return plan.results[key]
+    assert not plan.capturing, f"{eqn.out.name} is read at other columns inside another loop"
+    t, name, tile = eqn.args[0], eqn.prim.name, plan.tile
     reduced, kept = columns_of(eqn)
+    if name != "sum":       # over no rows, eager's error (refused): a runtime count is guarded
+        w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
     start, outside_shape = len(w.lines), w.shape
-    w.shape = "[ROWS, COLS]"
+    w.shape, plan.capturing = "[ROWS, COLS]", True
     row_start = w.names.fresh("row_start")
     w.lines.append(f"rows = {row_start} + tl.arange(0, ROWS)[:, None]"
                    + ("" if w.narrow else ".to(tl.int64)"))
-    idx = list(tile.outer[:len(reduced)]) + split_columns(tile.cols, kept)
     path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
-    x = w.value(t, idx, tile.in_domain, path)
+    x = w.value(t, list(tile.outer[:len(reduced)]) + list(idx), tile.in_domain, path)
     in_domain = w.mask_name(tile.in_domain)
     fn, neutral = REDUCE_SRC[name]
     acc = w.names.fresh("acc")
@@ -148,17 +154,22 @@ def _reduce_columns(w, eqn):
     w.lines.extend(before)
     w.lines.append(f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
                    f"# {name} of each lane's rows, accumulated in fp32")
-    w.lines.append(f"for {row_start} in range(0, {w.render.expr(tile.rows_extent, top=True)}, "
-                   f"ROWS):")
+    count = w.render.expr(tile.rows_extent, top=True)
+    if not isinstance(tile.rows_extent, index.Const):
+        count = f"loops.bound({count})"        # see `triton_exec.kernel_loops`
+    w.lines.append(f"for {row_start} in range(0, {count}, ROWS):")
     w.lines.extend("    " + line for line in inside + [f"{acc} = {update}"])
     w.forget(defined)
-    w.shape = outside_shape
+    w.shape, plan.capturing = outside_shape, False
     result = w.let("v", f"tl.reduce({acc}, 0, {fn}, keep_dims=True)", f"{name} over the rows")
     if name != "sum":
         nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), 0, "
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "a row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
-    return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
+    if eqn.out.dtype in COMPUTE_DTYPE:
+        result = rounded_tile(w, result, eqn.out.dtype)
+    plan.results[key] = result
+    return result
 
 
 register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,

@@ -18,7 +18,7 @@ from triton_exec.rules import rule_of
 from triton_exec.vectorize import Path
 
 # Names of the kernel's own: the module's imports, the constexprs, the tile's indices and masks
-KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "ROWS", "COLS", "VEC", "LOOP", "j",
+KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "loops", "ROWS", "COLS", "VEC", "LOOP", "j",
                    "pid", "col_blocks", "rows", "cols", "in_domain", "float", "int"}
 
 
