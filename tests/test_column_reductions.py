@@ -1,10 +1,10 @@
 """Reductions over outer dims fused with their neighbours (issue 28 item 1): random programs of
 an elementwise producer (with a weight broadcast along the rows), a reduction over the leading
-dims (sum, mean, amax, amin; keepdim or not) and an elementwise op after it, in fp32/fp16/bf16,
+dims or a middle one (sum, mean, amax, amin; keepdim or not) and an elementwise op after it, in fp32/fp16/bf16,
 over laid-out inputs of 1 to a few thousand rows, in both cache modes, against eager within the
 README's tolerance (summation order only: fp32 accumulation, rounded once), forward and gradient;
 NaN/inf as eager; empty row sets as eager. Each program is one kernel (no torch reduction), and
-the norm weights' gradients of a training step are fused."""
+the norm weights' gradients and GQA's repeated k/v gradients are fused."""
 import math
 
 import pytest
@@ -47,16 +47,17 @@ def assert_close_as_contract(actual, expected, rows: int):
 @st.composite
 def column_cases(draw, max_rows=3000):
     reduction = draw(st.sampled_from(sorted(COLUMN)))
-    two = draw(st.booleans())
+    dims = draw(st.sampled_from([(0,), (0, 1), (1,)]))     # leading dims, or a middle one
     rows = draw(st.one_of(st.integers(1, 40), st.integers(41, max_rows)))
     cols = draw(st.integers(1, 70))
-    shape = (draw(st.integers(1, 4)), max(1, rows // 4), cols) if two else (rows, cols)
+    shape = {(0,): (rows, cols), (0, 1): (draw(st.integers(1, 4)), max(1, rows // 4), cols),
+             (1,): (draw(st.integers(1, 3)), max(1, rows // 3), cols)}[dims]
     dtype = draw(st.sampled_from(FLOATS))
     seed = draw(st.integers(0, 2 ** 16))
     x = draw(laid_out(torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)))
     w = torch.randn(cols, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     return (reduction, draw(st.sampled_from(sorted(BEFORE))), draw(st.sampled_from(sorted(AFTER))),
-            (0, 1) if two else (0,), draw(st.booleans()), x, w,
+            dims, draw(st.booleans()), x, w,
             draw(st.sampled_from(["constant values", "symbolic values"])))
 
 
@@ -134,5 +135,19 @@ def test_norm_weight_gradient_is_fused():
     want = torch.autograd.grad(handwritten_rms_norm(x, w), (x, w), torch.ones_like(out))
     for a, e in zip(got, want):
         assert_close_as_contract(a, e, 18)
+    backward = [passes[-1] for passes in ir.last_backward_traces(jf).values()]
+    assert not [e for t in backward for e in t.eqns if e.prim.name == "sum"]
+
+
+def test_repeat_kv_gradient_is_fused():
+    def repeat_kv(k):       # transformers' GQA repeat: its gradient sums a middle dim
+        b, h, t, d = k.shape
+        return k[:, :, None].expand(b, h, 3, t, d).reshape(b, h * 3, t, d) * 2
+    k = torch.randn(2, 2, 5, 8, requires_grad=True)
+    jf = ir.jit(repeat_kv, executors=["triton"])
+    out = jf(k)
+    g = torch.randn(out.shape)
+    assert_close_as_contract(torch.autograd.grad(out, k, g)[0],
+                             torch.autograd.grad(repeat_kv(k), k, g)[0], 3)
     backward = [passes[-1] for passes in ir.last_backward_traces(jf).values()]
     assert not [e for t in backward for e in t.eqns if e.prim.name == "sum"]

@@ -96,7 +96,9 @@ def grid(lowered: Lowered, config: LaunchConfig, value_of) -> tuple:
     value."""
     rows, cols = (index.evaluate(e, value_of) for e in (lowered.rows, lowered.cols))
     # a row plan: one column block, even for empty rows (each row's reduction is stored)
-    tiles = -(-rows // config.rows) * (1 if lowered.whole_rows else -(-cols // config.cols))
+    # a column plan: one program per block of columns and index of the outer dims (`rows`)
+    tiles = (rows if lowered.column_rows is not None else -(-rows // config.rows)) * (
+        1 if lowered.whole_rows else -(-cols // config.cols))
     if lowered.loop is None:
         return (tiles,)
     return (tiles, -(-index.evaluate(lowered.loop.size, value_of) // config.loop))
@@ -229,7 +231,8 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
                             + [str(v) for v in constexprs.values()])
     rows, cols = (index.render_host(e, lambda leaf: name_of(leaf.source), top=True)
                   for e in (lowered.rows, lowered.cols))
-    tiles = f"(({rows}) + {config.rows - 1}) // {config.rows}" + (
+    tiles = (f"({rows})" if lowered.column_rows is not None
+             else f"(({rows}) + {config.rows - 1}) // {config.rows}") + (
         "" if lowered.whole_rows else f" * ((({cols}) + {config.cols - 1}) // {config.cols})")
     if constant:
         tiles = str(eval(tiles))

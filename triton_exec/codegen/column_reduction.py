@@ -1,10 +1,11 @@
-"""The column plan: a group whose reductions are over outer dims (`lower_reduction.over_columns`:
-the column sums of a weight's or a broadcast's gradient, `g.sum((0, 1))` of a [B, T, C] value)
-is tiled over the kept columns, one program per block of COLS columns; each reduction loops over
-the reduced rows in blocks of ROWS (`lower_reduction._reduce_columns`), computing its fused
-producers there, and the ops after the reductions run on [1, COLS] tiles. The domain is
-[reduced dims..., kept columns]; every output has the kept shape (keepdim or not:
-`triton_exec.row_groups`). One program reduces every row of its columns, so the result does
+"""The column plan: a group whose reductions are over a run of dims before the innermost
+(`lower_reduction.over_columns`: the column sums of a weight's or a broadcast's gradient,
+`g.sum((0, 1))` of a [B, T, C] value; a repeat's gradient over a middle dim) is tiled over the
+kept columns (the dims after the run, flattened), one program per block of COLS columns and
+index of the dims before the run; each reduction loops over the reduced rows in blocks of ROWS
+(`lower_reduction._reduce_columns`), computing its fused producers there, and the ops after the
+reductions run on [1, COLS] tiles. The tile's domain is [reduced dims..., kept columns]; every
+output has the kept shape (keepdim or not: `triton_exec.row_groups`). One program reduces every row of its columns, so the result does
 not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
 `lowered`, `render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
 """
@@ -31,7 +32,7 @@ from triton_exec.vectorize import Path
 class Columns:
     """The column plan's state that the reductions' lowering reads (`w.columns`)."""
 
-    tile: object                # the plan's `tile_plan.Tile`
+    tile: object                # the plan's `tile_plan.Tile` of [reduced dims..., columns]
     results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> [1, COLS] tile
     capturing: bool = False     # inside a reduction's loop
 
@@ -41,11 +42,11 @@ def column_reductions(eqns) -> list:
 
 
 def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
-    """Lowers a group with reductions over outer dims (see the module)."""
-    reduced, kept = columns_of(column_reductions(eqns)[0])
+    """Lowers a group with reductions over a run of dims before the innermost (see the module)."""
+    outer, reduced, kept = columns_of(column_reductions(eqns)[0])
     group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
     width = _flat(kept)
-    numel = math.prod(vectorize.hint_of(s) for s in reduced) * vectorize.hint_of(width)
+    numel = math.prod(vectorize.hint_of(s) for s in outer + reduced) * vectorize.hint_of(width)
     group = dataclasses.replace(group, domain=(*reduced, width), wide_cols=False,
                                 narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
     w = kernel_writer(group, vectorize_enabled)
@@ -53,23 +54,51 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     w.columns, w.shape = Columns(tile), "[1, COLS]"
     w.rows, w.cols = tile.rows, tile.cols
     w.column_leaves.append(tile.cols)
+    outer_flat, outer_idx, outer_extent = _outer(w, outer, group.narrow)
     w.lines.append(f"# Tile [ROWS, COLS] of the rows and columns "
                    f"[{', '.join(w.describe(s) for s in tile.sizes)}]: each program reduces "
-                   f"every row of its COLS columns, ROWS rows at a time")
+                   f"every row of its COLS columns, ROWS rows at a time"
+                   + (f", for one index of the outer dims [{', '.join(map(str, outer))}]"
+                      if outer else ""))
     w.lines.append("pid = tl.program_id(0)")
     w.lines.append("# VEC caps the contiguity Triton may assume along COLS, so the access width")
-    w.lines.append("cols = pid * COLS + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]")
+    arange = "tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]"
+    if outer:
+        w.lines.append(f"col_blocks = ({w.render.expr(tile.cols_extent, top=True)} + COLS - 1)"
+                       f" // COLS")
+        w.lines.append(f"{outer_flat.name} = pid // col_blocks"
+                       + ("" if group.narrow else ".to(tl.int64)"))
+        w.lines.append(f"cols = (pid % col_blocks) * COLS + {arange}")
+    else:
+        w.lines.append(f"cols = pid * COLS + {arange}")
     w.lines.append("# Values, as functions of the output index")
     in_cols = index.Mask((index.Less(tile.cols, tile.cols_extent),))
     for eqn in column_reductions(group.eqns):   # in trace order: one reads those before it
-        w.value(eqn.out, split_columns(tile.cols, columns_of(eqn)[1]), in_cols, Path())
-    in_cols = index.Mask((index.Less(tile.cols, tile.cols_extent),))
-    stores = [_store(w, tile, out, k, kept, in_cols) for k, out in enumerate(group.outputs)]
+        w.value(eqn.out, outer_idx + split_columns(tile.cols, columns_of(eqn)[2]), in_cols,
+                Path())
+    stores = [_store(w, tile, out, k, (outer_flat, outer_idx), reduced, kept, in_cols)
+              for k, out in enumerate(group.outputs)]
     source = render_kernel(name, w, stores)
-    return Lowered(name, source, w.params, w.accesses, w.guards, index.Const(1),
+    return Lowered(name, source, w.params, w.accesses, w.guards, outer_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, runtime_sizes(group, w),
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
                    group.domain, column_rows=tile.rows_extent)
+
+
+def _outer(w, outer, narrow: bool):
+    """(the program's flat outer index leaf, the index of each outer dim, their extent)."""
+    sizes = [w.size(s) for s in outer]
+    extent = index.Const(1)
+    for s in sizes:
+        extent = index.mul(extent, s)
+    flat = index.Leaf(w.names.take("outer"), frozenset({"pid"}), 32 if narrow else 64, 1, 0,
+                      extent.value if isinstance(extent, index.Const) else None)
+    found, inner = [], index.Const(1)
+    for k in range(len(sizes) - 1, -1, -1):
+        q = index.floordiv(flat, inner) if inner != index.Const(1) else flat
+        found.insert(0, index.mod(q, sizes[k]) if k else q)
+        inner = index.mul(inner, sizes[k])
+    return flat, found, extent
 
 
 def _flat(kept):
@@ -78,17 +107,22 @@ def _flat(kept):
     return kept[0] if len(kept) == 1 else math.prod(kept)
 
 
-def _store(w, tile, out: TensorProxy, k: int, kept, in_cols) -> str:
-    """The store line of output k (the kept shape, with or without the reduced dims as 1s)."""
-    lead = len(out.shape) - len(kept)
-    assert all(known(s) and s == 1 for s in out.shape[:lead]), f"{out.name} is not of the kept shape"
-    idx = [index.Const(0)] * lead + split_columns(tile.cols, kept)
+def _store(w, tile, out: TensorProxy, k: int, outer, reduced, kept, in_cols) -> str:
+    """The store line of output k: the outer dims' index, then the kept columns (with or without
+    the reduced dims as 1s between)."""
+    flat, outer_idx = outer
+    ones = len(out.shape) - len(outer_idx) - len(kept)
+    assert ones in (0, len(reduced)) and all(
+        known(s) and s == 1 for s in out.shape[len(outer_idx):len(outer_idx) + ones]), \
+        f"{out.name} is not of the kept shape"
+    idx = outer_idx + [index.Const(0)] * ones + split_columns(tile.cols, kept)
     width = vectorize.store_width(out.dtype.itemsize, _flat(kept), w.vectorize)
     path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
     val = w.value(out, idx, in_cols, path)
     w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
     w.itemsizes.append(out.dtype.itemsize)
-    offset = w.tile_shaped(tile.cols)
-    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
-            f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(in_cols)})  "
+    offset = tile.cols if not outer_idx else index.add(index.mul(flat, tile.cols_extent),
+                                                       tile.cols)
+    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(w.tile_shaped(offset), top=True)}"
+            f", {val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(in_cols)})  "
             f"# {out.name}, {width} per access")

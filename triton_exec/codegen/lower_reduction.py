@@ -1,12 +1,12 @@
 """The lowering of reductions (`sum`, `amax`, `amin`). Over the innermost dims, in a row plan
 (`row_plan`: one program per block of whole rows, COLS covering the row) a reduction is a
 reduction (`tl.reduce`) of its input's tile along COLS, a [ROWS, 1] tile that broadcasts
-against the row. Over outer dims (a prefix of the input's dims: the column sums of a weight's or
-a broadcast's gradient), in a column plan (`column_reduction`) it is a loop over blocks of rows
+against the row. Over a run of dims before the innermost (the column sums of a weight's or a
+broadcast's gradient over the leading dims, a repeat's over a middle one), in a column plan (`column_reduction`) it is a loop over blocks of rows
 accumulating a [ROWS, COLS] tile, reduced along ROWS into a [1, COLS] tile. Accumulation is in
 fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16 result is rounded once, as eager rounds
 it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers the rules on
-import (`triton_exec.rules`); reductions over other dims, empty rows and rows past `ROW_LIMIT`
+import (`triton_exec.rules`); reductions over dims apart, empty rows and rows past `ROW_LIMIT`
 are refused (torch runs them). Imports `kernel_types`, `narrow_tiles` and `render` from this
 package.
 """
@@ -39,22 +39,27 @@ def row_of(eqn):
 
 
 def over_columns(eqn) -> bool:
-    """Whether the reduction is over outer dims (a prefix of its input's, not all of them): a
-    column plan's (`column_reduction`); else over the innermost dims, a row plan's."""
+    """Whether the reduction is over a run of dims that ends before the innermost (the column
+    sums of a weight's or broadcast's gradient over the leading dims, a repeat's gradient over
+    a middle dim): a column plan's (`column_reduction`); else over the innermost dims, a row
+    plan's (other dims are refused)."""
     t, dims = eqn.args[0], tuple(eqn.params["dims"])
-    return 0 < len(dims) < t.ndim and dims == tuple(range(len(dims)))
+    return (0 < len(dims) and dims[-1] < t.ndim - 1
+            and dims == tuple(range(dims[0], dims[0] + len(dims))))
 
 
 def columns_of(eqn):
-    """(reduced sizes, kept sizes) of a reduction over outer dims: the rows it sums, the
-    columns it keeps."""
-    t, k = eqn.args[0], len(eqn.params["dims"])
-    return tuple(t.shape[:k]), tuple(t.shape[k:])
+    """(outer sizes, reduced sizes, inner sizes) of a reduction over a run of dims before the
+    innermost: the dims kept before the run (one program each), the rows it sums, the columns
+    it keeps."""
+    t, dims = eqn.args[0], tuple(eqn.params["dims"])
+    return tuple(t.shape[:dims[0]]), tuple(t.shape[dims[0]:dims[-1] + 1]), \
+        tuple(t.shape[dims[-1] + 1:])
 
 
 def _column_refusal(eqn):
-    reduced, kept = columns_of(eqn)
-    if any(vectorize.hint_of(s) == 0 for s in kept):
+    outer, reduced, kept = columns_of(eqn)
+    if any(vectorize.hint_of(s) == 0 for s in outer + kept):
         return f"{eqn.prim.name} into an empty result is left to torch"
     if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):     # COLS walks them flat
         return f"{eqn.prim.name} keeping several dims of runtime size is not fused"
@@ -128,7 +133,7 @@ def _reduce_columns(w, eqn, idx):
         return plan.results[key]
     assert not plan.capturing, f"{eqn.out.name} is read at other columns inside another loop"
     t, name, tile = eqn.args[0], eqn.prim.name, plan.tile
-    reduced, kept = columns_of(eqn)
+    outer, reduced, kept = columns_of(eqn)
     if name != "sum":       # over no rows, eager's error (refused): a runtime count is guarded
         w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
     start, outside_shape = len(w.lines), w.shape
@@ -137,7 +142,9 @@ def _reduce_columns(w, eqn, idx):
     w.lines.append(f"rows = {row_start} + tl.arange(0, ROWS)[:, None]"
                    + ("" if w.narrow else ".to(tl.int64)"))
     path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
-    x = w.value(t, list(tile.outer[:len(reduced)]) + list(idx), tile.in_domain, path)
+    idx = list(idx)
+    x = w.value(t, idx[:len(outer)] + list(tile.outer[:len(reduced)]) + idx[len(outer):],
+                tile.in_domain, path)
     in_domain = w.mask_name(tile.in_domain)
     fn, neutral = REDUCE_SRC[name]
     acc = w.names.fresh("acc")

@@ -138,7 +138,8 @@ class Lowered:
                                     # per program, the grid's second axis); `rows` excludes it
     whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
     column_rows: "index.Expr | None" = None     # a column plan (`column_reduction`): the rows
-                                                # each program reduces (`rows` is 1)
+                                                # each program reduces (`rows`: the count of the
+                                                # outer dims' indices, a program each)
 
     @property
     def domain(self) -> tuple:
