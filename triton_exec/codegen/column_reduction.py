@@ -3,7 +3,7 @@
 `g.sum((0, 1))` of a [B, T, C] value; a repeat's gradient over a middle dim) is tiled over the
 kept columns (the dims after the run, flattened), one program per block of COLS columns and
 index of the dims before the run; each reduction loops over the reduced rows in blocks of ROWS
-(`lower_reduction._reduce_columns`), computing its fused producers there, and the ops after the
+(`lower_reduction.ReductionLoop`), computing its fused producers there, and the ops after the
 reductions run on [1, COLS] tiles. The tile's domain is [reduced dims..., kept columns]; every
 output has the kept shape (keepdim or not: `triton_exec.row_groups`). One program reduces every row of its columns, so the result does
 not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
@@ -20,21 +20,13 @@ from triton_exec.codegen import kernel_types
 from triton_exec.codegen.analysis import analyze
 from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
-from triton_exec.codegen.lower_reduction import columns_of, over_columns, split_columns
+from triton_exec.codegen.lower_reduction import (
+    ReductionLoop, columns_of, over_columns, split_columns)
 from triton_exec.codegen.lowered import Access, Lowered
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
 from triton_exec.rules import rule_of
 from triton_exec.vectorize import Path
-
-
-@dataclasses.dataclass
-class Columns:
-    """The column plan's state that the reductions' lowering reads (`w.columns`)."""
-
-    tile: object                # the plan's `tile_plan.Tile` of [reduced dims..., columns]
-    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> [1, COLS] tile
-    capturing: bool = False     # inside a reduction's loop
 
 
 def column_reductions(eqns) -> list:
@@ -51,7 +43,7 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
                                 narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
     w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w, pairing_allowed=False)
-    w.columns, w.shape = Columns(tile), "[1, COLS]"
+    w.reduction_loop, w.shape = ReductionLoop(tile, "rows"), "[1, COLS]"
     w.rows, w.cols = tile.rows, tile.cols
     w.column_leaves.append(tile.cols)
     outer_flat, outer_idx, outer_extent = _outer(w, outer, group.narrow)

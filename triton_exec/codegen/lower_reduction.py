@@ -12,6 +12,8 @@ package.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
@@ -101,9 +103,10 @@ def split_columns(cols, reduced) -> list:
 
 def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
-    reduced along COLS into a [ROWS, 1] tile; in a column plan, see `column_reduction`."""
-    if w.row is None:
-        return _reduce_columns(w, eqn, idx)
+    reduced along COLS into a [ROWS, 1] tile; with a loop over the row or over the rows, see
+    `_reduce_looped`."""
+    if w.reduction_loop is not None:
+        return _reduce_looped(w, eqn, idx)
     t, name = eqn.args[0], eqn.prim.name
     outer, reduced = row_of(eqn)
     row_path = Path().through(reduced[-1]) if len(reduced) == 1 else Path().broken()
@@ -120,58 +123,101 @@ def _reduce(w, eqn, idx, mask, path):
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 
 
-def _reduce_columns(w, eqn, idx):
-    """The reduction of the columns at index `idx` (of its kept dims) in a column plan
-    (`w.columns`, a `column_reduction.Columns`): a loop over blocks of ROWS rows accumulates the
-    input's [ROWS, COLS] tile in fp32, then one reduction along ROWS gives a [1, COLS] tile (the
-    plan's tile shape outside the loop). The input's lines that read no row index (loads of
-    values broadcast along the rows) run once, before the loop; names bound inside the loop are
-    forgotten after it. The plan lowers its reductions in trace order first, so one that reads
-    another finds it computed (`Columns.results`)."""
-    plan, key = w.columns, (id(eqn.out), tuple(idx))
-    if key in plan.results:
-        return plan.results[key]
-    assert not plan.capturing, f"{eqn.out.name} is read at other columns inside another loop"
-    t, name, tile = eqn.args[0], eqn.prim.name, plan.tile
-    outer, reduced, kept = columns_of(eqn)
-    if name != "sum":       # over no rows, eager's error (refused): a runtime count is guarded
-        w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
+@dataclasses.dataclass
+class ReductionLoop:
+    """A plan whose reductions loop over blocks of the tile (`w.reduction_loop`): over the rows
+    (`over="rows"`: the column plan, `column_reduction`, whose reductions run along ROWS into a
+    [1, COLS] tile) or over the row's columns (`over="cols"`: the row plan of a long or runtime
+    row, `row_plan`, whose reductions run along COLS into a [ROWS, 1] tile). Outside the loops
+    the kernel holds the reduced tiles; the plan lowers its reductions in trace order first, so
+    one that reads another finds it computed (`results`)."""
+
+    tile: object                # the plan's `tile_plan.Tile`
+    over: str                   # "rows" or "cols": the index the loops walk
+    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> reduced tile
+    capturing: bool = False     # inside a loop
+
+    @property
+    def axis(self) -> int:
+        return 0 if self.over == "rows" else 1
+
+    def index_line(self, start: str, narrow: bool) -> str:
+        """The line that sets the loop's index from the block's first index `start`."""
+        if self.over == "rows":
+            return (f"rows = {start} + tl.arange(0, ROWS)[:, None]"
+                    + ("" if narrow else ".to(tl.int64)"))
+        return f"cols = {start} + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]"
+
+    def input_index(self, eqn, idx) -> list:
+        """The index of the reduction's input at output index idx and the loop's index."""
+        idx = list(idx)
+        if self.over == "rows":
+            outer, reduced, _ = columns_of(eqn)
+            return idx[:len(outer)] + list(self.tile.outer[:len(reduced)]) + idx[len(outer):]
+        outer, reduced = row_of(eqn)
+        return idx[:len(outer)] + split_columns(self.tile.cols, reduced)
+
+
+def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
+    """Appends a loop over the plan's blocks (ROWS rows, or COLS columns, at a time) whose body
+    is what `emit()` appends: its lines that do not read the loop's index run once, before the
+    loop (then the lines `first`); names bound inside the loop are forgotten after it."""
     start, outside_shape = len(w.lines), w.shape
     w.shape, plan.capturing = "[ROWS, COLS]", True
-    row_start = w.names.fresh("row_start")
-    w.lines.append(f"rows = {row_start} + tl.arange(0, ROWS)[:, None]"
-                   + ("" if w.narrow else ".to(tl.int64)"))
-    path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
-    idx = list(idx)
-    x = w.value(t, idx[:len(outer)] + list(tile.outer[:len(reduced)]) + idx[len(outer):],
-                tile.in_domain, path)
-    in_domain = w.mask_name(tile.in_domain)
-    fn, neutral = REDUCE_SRC[name]
-    acc = w.names.fresh("acc")
-    masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
-    if name == "sum":
-        update = f"{acc} + {masked}"
-    else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
-        pick = "maximum" if name == "amax" else "minimum"
-        update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
-                  f"tl.{pick}({acc}, {masked}))")
+    var = w.names.fresh("row_start" if plan.over == "rows" else "col_start")
+    w.lines.append(plan.index_line(var, w.narrow))
+    emit()
     body = w.lines[start:]
     del w.lines[start:]
-    before, inside, defined = split_dependent(body, {row_start})
-    w.lines.extend(before)
-    w.lines.append(f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
-                   f"# {name} of each lane's rows, accumulated in fp32")
-    count = w.render.expr(tile.rows_extent, top=True)
-    if not isinstance(tile.rows_extent, index.Const):
+    before, inside, defined = split_dependent(body, {var})
+    w.lines.extend(before + list(first))
+    extent = plan.tile.rows_extent if plan.over == "rows" else plan.tile.cols_extent
+    count = w.render.expr(extent, top=True)
+    if not isinstance(extent, index.Const):
         count = f"loops.bound({count})"        # see `triton_exec.kernel_loops`
-    w.lines.append(f"for {row_start} in range(0, {count}, ROWS):")
-    w.lines.extend("    " + line for line in inside + [f"{acc} = {update}"])
+    w.lines.append(f"for {var} in range(0, {count}, {'ROWS' if plan.over == 'rows' else 'COLS'}):")
+    w.lines.extend("    " + line for line in inside)
     w.forget(defined)
     w.shape, plan.capturing = outside_shape, False
-    result = w.let("v", f"tl.reduce({acc}, 0, {fn}, keep_dims=True)", f"{name} over the rows")
+
+
+def _reduce_looped(w, eqn, idx):
+    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): a loop over
+    the blocks accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along the
+    loop's axis gives the reduced tile."""
+    plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
+    if key in plan.results:
+        return plan.results[key]
+    assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
+    t, name = eqn.args[0], eqn.prim.name
+    reduced = columns_of(eqn)[1] if plan.over == "rows" else row_of(eqn)[1]
+    kept = columns_of(eqn)[2] if plan.over == "rows" else reduced
+    if name != "sum":       # over nothing, eager's error (refused): a runtime count is guarded
+        w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
+    fn, neutral = REDUCE_SRC[name]
+    acc = w.names.fresh("acc")
+
+    def accumulate():
+        path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+        x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
+        in_domain = w.mask_name(plan.tile.in_domain)
+        masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
+        if name == "sum":
+            update = f"{acc} + {masked}"
+        else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
+            pick = "maximum" if name == "amax" else "minimum"
+            update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
+                      f"tl.{pick}({acc}, {masked}))")
+        w.lines.append(f"{acc} = {update}")
+
+    in_loop(w, plan, accumulate, [f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
+                                  f"# {name} of each lane's {plan.over}, accumulated in fp32"])
+    axis = plan.axis
+    result = w.let("v", f"tl.reduce({acc}, {axis}, {fn}, keep_dims=True)",
+                   f"{name} over the {plan.over}")
     if name != "sum":
-        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), 0, "
-                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "a row holds a NaN")
+        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {axis}, "
+                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
     if eqn.out.dtype in COMPUTE_DTYPE:
         result = rounded_tile(w, result, eqn.out.dtype)

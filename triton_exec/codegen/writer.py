@@ -56,7 +56,8 @@ class KernelWriter:
         self.pairs = None                   # pair tiling (`pairs.Pairs`), or None
         self.loop = None                    # the loop over an outer dim (`tile_plan.Loop`)
         self.row = None                     # the row plan's tile, read by reductions
-        self.columns = None                 # the column plan's tile, read by reductions
+        self.reduction_loop = None          # a plan whose reductions loop over blocks
+                                            # (`lower_reduction.ReductionLoop`)
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
