@@ -5,7 +5,8 @@ after it, in fp32/fp16/bf16, over laid-out inputs of 1 to a few thousand element
 both cache modes, against eager within the README's tolerance (summation order only: fp32
 accumulation, rounded once), forward and gradient; NaN/inf and empty rows as eager; softmax
 edge rows (all -inf, huge logits); the hand-written RMSNorm (with its residual add) and softmax
-are one kernel; reductions over dims apart and over-long rows run on torch, correctly
+are one kernel; rows longer than a block and rows of runtime length (symbolic mode, one entry
+for every length) are looped in one kernel; reductions over dims apart run on torch, correctly
 (outer dims: test_column_reductions.py)."""
 import math
 
@@ -83,8 +84,8 @@ def test_random_reduction_programs_match_eager(case):
     jf = ir.jit(fn, executors=["triton"], cache=mode)
     got = jf(x)
     assert_close_as_contract(got, fn(x), _row_length(x, two))
-    if mode == "constant values":       # symbolic: a row of runtime length is left to torch
-        assert torch_reductions(jf) == []           # every reduction in a kernel
+    if mode == "constant values" or not two:    # symbolic: several runtime reduced dims are
+        assert torch_reductions(jf) == []       # left to torch; else every reduction fused
 
 
 @settings(max_examples=20)
@@ -140,9 +141,8 @@ def test_handwritten_rms_norm_is_one_kernel(dtype, mode):
     for fn, args in ((handwritten_rms_norm, (x, w)), (residual_rms_norm, (x, r, w))):
         out, kernels, jf = kernels_of(fn, *args, mode=mode)
         assert_close_as_contract(out, fn(*args), 96)
-        if mode == "constant values":       # symbolic: the row (96) is a runtime size
-            assert len(kernels) == 1 and torch_reductions(jf) == []
-            assert "tl.reduce" in kernels[0].source
+        assert len(kernels) == 1 and torch_reductions(jf) == []
+        assert "tl.reduce" in kernels[0].source
 
 
 def test_softmax_and_log_softmax_are_one_kernel_each():
@@ -210,22 +210,31 @@ def _raised(fn, x):
     raise AssertionError("eager did not raise")
 
 
-def test_reductions_over_dims_apart_and_long_rows_run_on_torch():
+def test_reductions_over_dims_apart_run_on_torch():
     x = torch.randn(6, 5, 3)
     out, kernels, jf = kernels_of(lambda x: (x * 2).sum((0, 2)) + 1, x)
     assert torch_reductions(jf) == ["sum"]
     torch.testing.assert_close(out, (x * 2).sum((0, 2)) + 1)
-    long = torch.randn(2, 16385)
-    out, kernels, jf = kernels_of(lambda x: torch.softmax(x, -1), long)
-    assert "amax" in torch_reductions(jf)
-    torch.testing.assert_close(out, torch.softmax(long, -1))
 
 
-def test_symbolic_batch_sizes_compile_once():
-    # the row length is a constant of the entry (a runtime one is left to torch); every other
-    # size is symbolic
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_longer_than_a_block_are_looped_in_one_kernel(dtype, mode):
+    x = torch.randn(2, 16385 + 1000).to(dtype)
+    x[1, 17000] = math.inf
+    for name in ("softmax", "log_softmax", "logsumexp", "rms_norm", "var", "amax"):
+        fn = program(name, "exp" if name == "var" else "none", "add", False, False)
+        out, kernels, jf = kernels_of(fn, x, mode=mode)
+        assert len(kernels) == 1 and torch_reductions(jf) == [], name
+        assert "for col_start" in kernels[0].source
+        assert_close_as_contract(out, fn(x), x.shape[-1])
+
+
+def test_symbolic_row_lengths_compile_once():
+    # every size is symbolic, the row's length too: the row is walked in blocks of COLS
     jf = ir.jit(residual_rms_norm, executors=["triton"], cache="symbolic values")
-    for shape in [(2, 40), (5, 40), (3, 40)]:
+    for shape in [(2, 40), (5, 40), (3, 24), (2, 300)]:
         x, r, w = torch.randn(shape), torch.randn(shape), torch.randn(shape[-1])
         assert_close_as_contract(jf(x, r, w), residual_rms_norm(x, r, w), shape[-1])
+        assert torch_reductions(jf) == [] and len(triton_exec.last_kernels(jf)) == 1
     assert ir.cache_stats(jf).misses == 1

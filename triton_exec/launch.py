@@ -137,11 +137,17 @@ def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -
     return LaunchConfig(rows, cols, warps, width)
 
 
+ROW_BLOCK = 4096        # columns of a looped row plan's block at most
+
+
 def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
-    """A row plan's: COLS the row's length up to a power of two (the whole row in one block),
-    rows filling about `tile` elements, warps growing with the row."""
+    """A row plan's: COLS the row's length up to a power of two (the whole row in one block; a
+    looped row: up to `ROW_BLOCK`), rows filling about `tile` elements, warps growing with the
+    row."""
     width = lowered.max_width
     cols = max(triton.next_power_of_2(max(cols_hint, 1)), width)
+    if lowered.row_loop:        # the row in blocks: a block of `ROW_BLOCK` columns at most
+        cols = max(min(cols, ROW_BLOCK), width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 8 if cols >= 8192 else 4
     while warps > 1 and rows * cols < 32 * warps * width:

@@ -6,8 +6,8 @@ broadcast's gradient over the leading dims, a repeat's over a middle one), in a 
 accumulating a [ROWS, COLS] tile, reduced along ROWS into a [1, COLS] tile. Accumulation is in
 fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16 result is rounded once, as eager rounds
 it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers the rules on
-import (`triton_exec.rules`); reductions over dims apart, empty rows and rows past `ROW_LIMIT`
-are refused (torch runs them). Imports `kernel_types`, `narrow_tiles` and `render` from this
+import (`triton_exec.rules`); reductions over dims apart and empty rows are refused (torch runs
+them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`). Imports `kernel_types`, `narrow_tiles` and `render` from this
 package.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from triton_exec.codegen.narrow_tiles import rounded_tile
 from triton_exec.rules import register
 from triton_exec.vectorize import Path
 
-ROW_LIMIT = 16384       # elements of a row that one program reduces at most
+ROW_LIMIT = 16384       # elements of a row one program holds at most: a longer row is looped
 
 # prim -> (the combine function of `tl.reduce`, the value masked-off lanes hold). The builtin
 # `tl.reduce` with Triton's own combine functions, not `tl.sum`/`tl.max` (@triton.jit library
@@ -77,15 +77,10 @@ def _refusal(eqn):
     if not dims or tuple(dims) != tuple(range(t.ndim - len(dims), t.ndim)):
         return f"{eqn.prim.name} over dims {dims} is not fused (torch runs it)"
     reduced = row_of(eqn)[1]
-    if any(isinstance(s, IntProxy) for s in reduced):   # COLS would bound the entry's sizes
-        return f"{eqn.prim.name} over a row of runtime length is not fused (torch runs it)"
-    length = 1
-    for s in reduced:
-        length *= vectorize.hint_of(s)
-    if length == 0:
+    if len(reduced) > 1 and any(isinstance(s, IntProxy) for s in reduced):  # COLS walks them flat
+        return f"{eqn.prim.name} over several dims of runtime size is not fused (torch runs it)"
+    if any(vectorize.hint_of(s) == 0 for s in reduced):
         return f"{eqn.prim.name} over empty rows is left to torch"
-    if length > ROW_LIMIT:
-        return f"{eqn.prim.name} over rows of {length} elements (over {ROW_LIMIT}) is not fused"
     return None
 
 
