@@ -1008,3 +1008,4 @@ HANDLERS[torch.ones_like] = _like_factory(1)
 HANDLERS[torch.full_like] = _like_factory(None)
 
 from ir import reductions  # noqa: E402,F401  (registers the reductions' decompositions)
+from ir import cross_entropy  # noqa: E402,F401  (registers F.cross_entropy's decomposition)

@@ -1,0 +1,74 @@
+"""`F.cross_entropy` with class indices as a decomposition into prims, fused by an executor as
+any reduction: per row, the log-sum-exp of the logits (max subtracted, an infinite max replaced
+by 0, as `logsumexp`) minus the target's logit (picked by comparing the class index with an
+int32 `arange`, summed over the row), with `label_smoothing` (the row's mean of -log_softmax)
+and `ignore_index` (a zero loss); then `reduction` "none", "sum" or "mean" (over the targets not
+ignored: NaN when every one is, as eager). Computed in fp32 and rounded once to the input's
+dtype. Registered into `ir.torch_ops`' handler table on import. A class weight, probabilities
+as the target, other layouts than [N, C] logits with [N] targets, or the legacy
+`size_average`/`reduce` arguments stay an opaque torch call. A target outside [0, C) that is
+not `ignore_index` is eager's error; here it picks no logit (README: Numerical contract).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ir import prims
+from ir.proxies import TensorProxy
+from ir.reductions import _upcast, reduce as over
+from ir.tracing import bind, opaque
+from ir.torch_ops import HANDLERS, convert, register
+
+
+def _modeled(input, target, weight, size_average, reduce_, reduction, label_smoothing,
+             ignore_index) -> bool:
+    return (isinstance(input, TensorProxy) and input.dtype.is_floating_point and input.ndim == 2
+            and isinstance(target, TensorProxy) and target.ndim == 1
+            and target.dtype in (torch.int64, torch.int32) and weight is None
+            and size_average is None and reduce_ is None and reduction in ("none", "sum", "mean")
+            and isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing <= 1.0
+            and isinstance(ignore_index, int))
+
+
+@register(F.cross_entropy)
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    if not _modeled(input, target, weight, size_average, reduce, reduction, label_smoothing,
+                    ignore_index):
+        return opaque(F.cross_entropy, (input, target),
+                      {"weight": weight, "size_average": size_average,
+                       "ignore_index": ignore_index, "reduce": reduce, "reduction": reduction,
+                       "label_smoothing": label_smoothing})
+    op = HANDLERS
+    x = _upcast(input)
+    classes = input.shape[1]
+    peak = over(prims.amax, x, (1,), True)
+    finite = op[torch.where](op[torch.eq](op[torch.abs](peak), math.inf), 0.0, peak)
+    lse = op[torch.add](op[torch.log](over(prims.sum_, op[torch.exp](op[torch.sub](x, finite)),
+                                             (1,), True)), finite)
+    target = convert(target, torch.int32)
+    index = op[torch.unsqueeze](target, 1)
+    hit = op[torch.eq](bind(prims.arange, 0, classes, 1, dtype=torch.int32, device=input.device),
+                       index)
+    picked = over(prims.sum_, op[torch.where](hit, x, 0.0), (1,), True)
+    loss = op[torch.sub](lse, picked)
+    if label_smoothing:
+        smooth = op[torch.sub](op[torch.mul](lse, classes), over(prims.sum_, x, (1,), True))
+        loss = op[torch.add](op[torch.mul](loss, 1.0 - label_smoothing),
+                             op[torch.mul](smooth, label_smoothing / classes))
+    # the ignored rows as `eq` here and the counted ones as `ne` below: each test is read by one
+    # group (the rows' kernel, the final reduction's), so neither is a kernel of its own
+    loss = op[torch.where](op[torch.eq](index, ignore_index), 0.0, loss)
+    rows = (input.shape[0],)
+    loss = bind(prims.reshape, loss, rows)
+    if reduction == "none":
+        return convert(loss, input.dtype)
+    total = over(prims.sum_, loss, (0,), False)
+    if reduction == "mean":
+        count = over(prims.sum_, convert(op[torch.ne](target, ignore_index), torch.float32),
+                     (0,), False)
+        total = op[torch.div](total, count)
+    return convert(total, input.dtype)
