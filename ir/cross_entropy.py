@@ -4,7 +4,8 @@ by 0, as `logsumexp`) minus the target's logit (picked by comparing the class in
 int32 `arange`, summed over the row), with `label_smoothing` (the row's mean of -log_softmax)
 and `ignore_index` (a zero loss); then `reduction` "none", "sum" or "mean" (over the targets not
 ignored: NaN when every one is, as eager). Computed in fp32 and rounded once to the input's
-dtype. Registered into `ir.torch_ops`' handler table on import. A class weight, probabilities
+dtype. Registered into `ir.torch_ops`' handler table on import. Where no executor fuses it
+(`ir.reductions.decomposed`), a class weight, probabilities
 as the target, other layouts than [N, C] logits with [N] targets, or the legacy
 `size_average`/`reduce` arguments stay an opaque torch call. A target outside [0, C) that is
 not `ignore_index` is eager's error; here it picks no logit (README: Numerical contract).
@@ -18,14 +19,14 @@ import torch.nn.functional as F
 
 from ir import prims
 from ir.proxies import TensorProxy
-from ir.reductions import _upcast, reduce as over
+from ir.reductions import _upcast, decomposed, reduce as over
 from ir.tracing import bind, opaque
 from ir.torch_ops import HANDLERS, convert, register
 
 
 def _modeled(input, target, weight, size_average, reduce_, reduction, label_smoothing,
              ignore_index) -> bool:
-    return (isinstance(input, TensorProxy) and input.dtype.is_floating_point and input.ndim == 2
+    return (decomposed(input) and input.ndim == 2
             and isinstance(target, TensorProxy) and target.ndim == 1
             and target.dtype in (torch.int64, torch.int32) and weight is None
             and size_average is None and reduce_ is None and reduction in ("none", "sum", "mean")

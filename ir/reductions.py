@@ -2,7 +2,8 @@
 prims (`prims.sum_`, `prims.amax`, `prims.amin`, reshaped back for `keepdim`); `softmax`,
 `log_softmax`, `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them
 and elementwise prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16
-input, rounded once to the input's dtype). Registered into `ir.torch_ops`' handler tables on
+input, rounded once to the input's dtype), where an executor of the jitted function fuses them
+(`decomposed`); else eager's own op is kept (the torch executor runs it bit for bit). Registered into `ir.torch_ops`' handler tables on
 import. Anything outside what is modeled here (integer input, a `dtype=` argument, an implicit
 dim) stays an opaque torch call.
 """
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import IntProxy, TensorProxy, hint
+from ir.proxies import IntProxy, TensorProxy, active_trace, hint
 from ir.tracing import bind, opaque
 from ir.torch_ops import HANDLERS, _dim, convert, meta_dtype, register
 
@@ -51,6 +52,13 @@ def reduce(prim, x, dims, keepdim):
 
 def _modeled(x) -> bool:
     return isinstance(x, TensorProxy) and x.dtype.is_floating_point
+
+
+def decomposed(x) -> bool:
+    """Whether a composite op (softmax, log_softmax, logsumexp, var/std, the norms,
+    cross_entropy) on x is traced as its decomposition: a float tensor that an executor of the
+    jitted function fuses (`Executor.decomposes`); else eager's own op is kept, bit for bit."""
+    return _modeled(x) and any(ex.decomposes(x) for ex in active_trace().executors)
 
 
 @register(torch.sum, torch.Tensor.sum, methods=("sum",))
@@ -102,7 +110,7 @@ def _softmax_parts(x, dim):
 
 def _softmax_like(fn, log: bool):
     def handler(input, dim=None, _stacklevel=3, dtype=None):
-        if not _modeled(input) or dim is None or input.ndim == 0:
+        if not decomposed(input) or dim is None or input.ndim == 0:
             return opaque(fn, (input, dim), {"dtype": dtype} if dtype is not None else {})
         x = convert(input, dtype) if dtype is not None else input
         out_dtype = x.dtype
@@ -122,7 +130,7 @@ register(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, methods=("l
 @register(torch.logsumexp, torch.Tensor.logsumexp, methods=("logsumexp",))
 def logsumexp(input, dim, keepdim=False):
     """As ATen: max subtracted, an infinite max replaced by 0 (an all -inf row gives -inf)."""
-    if not _modeled(input) or input.ndim == 0:
+    if not decomposed(input) or input.ndim == 0:
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     dims = _dims(input, dim)
     if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
@@ -163,7 +171,7 @@ def _correction(unbiased, correction):
 def _var_like(fn, root: bool):
     def handler(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         c = _correction(unbiased, correction)
-        if not _modeled(input) or input.ndim == 0 or not isinstance(c, int):
+        if not decomposed(input) or input.ndim == 0 or not isinstance(c, int):
             return opaque(fn, (input, dim), {"correction": c, "keepdim": keepdim})
         result = _variance(input, _dims(input, dim), c, keepdim)
         return convert(HANDLERS[torch.sqrt](result) if root else result, input.dtype)
@@ -183,7 +191,7 @@ def _norm_dims(input, normalized_shape):
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """As ATen's composite: x * rsqrt(mean(x^2) + eps) in fp32 for fp16/bf16, rounded to the
     input's dtype, then times the weight (eps defaults to fp32's machine epsilon)."""
-    if not _modeled(input) or (weight is not None and not isinstance(weight, TensorProxy)):
+    if not decomposed(input) or (weight is not None and not isinstance(weight, TensorProxy)):
         return opaque(F.rms_norm, (input, normalized_shape, weight, eps), {})
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)
@@ -198,8 +206,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) * rsqrt(biased var + eps) * weight + bias, in fp32 for fp16/bf16 (weight and
     bias too), rounded once to the input's dtype."""
-    if not _modeled(input) or any(p is not None and not isinstance(p, TensorProxy)
-                                  for p in (weight, bias)):
+    if not decomposed(input) or any(p is not None and not isinstance(p, TensorProxy)
+                                    for p in (weight, bias)):
         return opaque(F.layer_norm, (input, normalized_shape, weight, bias, eps), {})
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
-from semantics import laid_out
+from semantics import assert_bits_equal, laid_out
 
 REDUCTIONS = {
     "sum": lambda x, keep, two: x.sum((-2, -1) if two else -1, keepdim=keep),
@@ -238,3 +238,20 @@ def test_symbolic_row_lengths_compile_once():
         assert_close_as_contract(jf(x, r, w), residual_rms_norm(x, r, w), shape[-1])
         assert torch_reductions(jf) == [] and len(triton_exec.last_kernels(jf)) == 1
     assert ir.cache_stats(jf).misses == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_executor_keeps_eager_ops_bit_for_bit(dtype):
+    # no executor fuses the decompositions: the trace keeps torch.softmax, F.layer_norm, ...
+    x = torch.randn(4, 33).to(dtype)
+    w, b, t = torch.randn(33).to(dtype), torch.randn(33).to(dtype), torch.randint(0, 33, (4,))
+    for fn in (lambda x: torch.softmax(x * 2, -1), lambda x: F.log_softmax(x, -1),
+               lambda x: torch.logsumexp(x, -1), lambda x: x.var(-1),
+               lambda x: torch.std(x, -1, correction=0), lambda x: F.rms_norm(x, (33,), w),
+               lambda x: F.layer_norm(x, (33,), w, b),
+               lambda x: F.cross_entropy(x, t, label_smoothing=0.1)):
+        leaf, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, expected = ir.jit(fn, executors=["torch"])(leaf), fn(ref)
+        assert_bits_equal(out, expected)
+        assert_bits_equal(torch.autograd.grad(out, leaf, torch.ones_like(out)),
+                          torch.autograd.grad(expected, ref, torch.ones_like(expected)))
