@@ -10,6 +10,9 @@ views and allocations (`MemoryBoundOps`, a dispatch mode: it sees eager's ops, t
 leave to PyTorch, and those autograd's engine runs between our fused units; it does not look
 inside a Triton launch).
 
+On a GPU it also runs the layer's forward and forward + backward through eager, inductor
+(`torch.compile`) and ours, and prints their times and their largest difference from eager.
+
     python perf/decoder_layer.py            # through the interpreter on a CPU (a GPU when present)
 """
 from __future__ import annotations
@@ -168,6 +171,43 @@ def _cell(triton: int, ops) -> str:
     return f"{total} ({triton} Triton + {torch_ops} torch{': ' + listed if listed else ''})"
 
 
+def _step(run_layer, layer, x, rest, g, backward: bool):
+    """One forward (and backward): the output and the gradients of x and the parameters."""
+    leaf = x.detach().requires_grad_(backward)
+    out = run_layer(leaf, *rest)
+    if not backward:
+        return [out.detach()]
+    return [out.detach(), *torch.autograd.grad(out, [leaf] + list(layer.parameters()), g)]
+
+
+def against_inductor(layer, inputs, calls: int = 20) -> None:
+    """On a GPU: eager, inductor (`torch.compile`) and ours, forward and forward + backward,
+    their values against eager's and their time per call."""
+    import time
+    x, rest = inputs[0], inputs[1:]
+    g = torch.randn_like(x)
+    runners = {"eager": layer, "inductor": torch.compile(layer),
+               "ours": ir.jit(layer, executors=["triton"])}
+    print("\n| step | eager ms | inductor ms | ours ms | inductor max err | ours max err |"
+          "\n|---|---:|---:|---:|---:|---:|")
+    for backward in (False, True):
+        results, ms = {}, {}
+        for name, run in runners.items():
+            results[name] = _step(run, layer, x, rest, g, backward)     # compiles
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                _step(run, layer, x, rest, g, backward)
+            torch.cuda.synchronize()
+            ms[name] = (time.perf_counter() - start) / calls * 1e3
+        err = {n: max((a - b).abs().max().item() for a, b in zip(results[n], results["eager"]))
+               for n in ("inductor", "ours")}
+        print(f"| {'forward + backward' if backward else 'forward'} | {ms['eager']:.3f} "
+              f"| {ms['inductor']:.3f} | {ms['ours']:.3f} | {err['inductor']:.2e} "
+              f"| {err['ours']:.2e} |")
+        assert err["ours"] < 1e-3, err
+
+
 def main() -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -188,6 +228,8 @@ def main() -> dict:
         (tf, of), (tb, ob) = c["forward"], c["backward"]
         total = tf + sum(of.values()) + tb + sum(ob.values())
         print(f"| {name} | {_cell(tf, of)} | {_cell(tb, ob)} | {total} |")
+    if device == "cuda":
+        against_inductor(layer, inputs)
     return {"eager": eager, "ours": ours}
 
 
