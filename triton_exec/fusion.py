@@ -169,12 +169,14 @@ def merge_siblings(trace, groups, consumers) -> list[list[int]]:
             if not row_groups.mergeable(trace, members):
                 continue
             a_root, b_root = max(roots), g[-1]
+            # the values A's launch writes: its roots', and those it stores for later readers
             readers = set().union(*(consumers.get(id(o), set())
-                                    for r in roots for o in trace.eqns[r].outs))
+                                    for r in members if not is_view(trace.eqns[r])
+                                    for o in trace.eqns[r].outs))
             if (_same_shape(trace.eqns[a_root].out, trace.eqns[b_root].out)
                     and not any(r in ancestors[j] for r in roots for j in g)
                     and b_root not in set().union(*(ancestors[j] for j in members))
-                    and all(r > b_root or r in g for r in readers)):
+                    and all(r > b_root or r in g or r in members for r in readers)):
                 roots.add(b_root)
                 members[:] = sorted(set(members) | set(g))
                 break
