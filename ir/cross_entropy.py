@@ -46,7 +46,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     op = HANDLERS
     x = _upcast(input)
     classes = input.shape[1]
-    peak = over(prims.amax, x, (1,), True)
+    # the max and the picked logit are exact in the input's dtype: only the sum of exp reads
+    # the fp32 logits, so they are converted in its kernel, not materialized for three
+    peak = convert(over(prims.amax, input, (1,), True), x.dtype)
     finite = op[torch.where](op[torch.eq](op[torch.abs](peak), math.inf), 0.0, peak)
     lse = op[torch.add](op[torch.log](over(prims.sum_, op[torch.exp](op[torch.sub](x, finite)),
                                              (1,), True)), finite)
@@ -54,7 +56,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     index = op[torch.unsqueeze](target, 1)
     hit = op[torch.eq](bind(prims.arange, 0, classes, 1, dtype=torch.int32, device=input.device),
                        index)
-    picked = over(prims.sum_, op[torch.where](hit, x, 0.0), (1,), True)
+    picked = convert(over(prims.sum_, op[torch.where](hit, input, 0.0), (1,), True), x.dtype)
     loss = op[torch.sub](lse, picked)
     if label_smoothing:
         smooth = op[torch.sub](op[torch.mul](lse, classes), over(prims.sum_, x, (1,), True))
