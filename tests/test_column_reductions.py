@@ -65,7 +65,7 @@ def _rows(x, dims):
     return math.prod(x.shape[d] for d in dims)
 
 
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(column_cases())
 def test_random_column_reductions_are_one_kernel_as_eager(case):
     reduction, before, after, dims, keep, x, w, mode = case
@@ -77,7 +77,7 @@ def test_random_column_reductions_are_one_kernel_as_eager(case):
     assert torch_reductions(jf) == [] and len(triton_exec.last_kernels(jf)) == 1
 
 
-@settings(max_examples=15)
+@settings(max_examples=10)
 @given(column_cases(max_rows=200))
 def test_random_column_reduction_gradients_match_eager(case):
     reduction, before, after, dims, keep, x, w, mode = case

@@ -217,8 +217,8 @@ def test_reductions_over_dims_apart_run_on_torch():
     torch.testing.assert_close(out, (x * 2).sum((0, 2)) + 1)
 
 
-@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype, mode", [(torch.float32, "symbolic values"),
+                                         (torch.bfloat16, "constant values")])
 def test_rows_longer_than_a_block_are_looped_in_one_kernel(dtype, mode):
     x = torch.randn(2, 16385 + 1000).to(dtype)
     x[1, 17000] = math.inf
