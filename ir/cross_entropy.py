@@ -48,8 +48,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     classes = input.shape[1]
     # the max and the picked logit are exact in the input's dtype: only the sum of exp reads
     # the fp32 logits, so they are converted in its kernel, not materialized for three
-    peak = convert(over(prims.amax, input, (1,), True), x.dtype)
-    finite = op[torch.where](op[torch.eq](op[torch.abs](peak), math.inf), 0.0, peak)
+    with torch.no_grad():   # the shift cancels in the loss: no gradient flows through it
+        peak = convert(over(prims.amax, input, (1,), True), x.dtype)
+        finite = op[torch.where](op[torch.eq](op[torch.abs](peak), math.inf), 0.0, peak)
     lse = op[torch.add](op[torch.log](over(prims.sum_, op[torch.exp](op[torch.sub](x, finite)),
                                              (1,), True)), finite)
     target = convert(target, torch.int32)

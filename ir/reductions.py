@@ -103,7 +103,9 @@ def _upcast(x):
 def _softmax_parts(x, dim):
     """(x - max, sum(exp(x - max))) over dim, kept: the shared half of softmax and log_softmax."""
     dims = (_dim(dim, x.ndim),)
-    shifted = HANDLERS[torch.sub](x, reduce(prims.amax, x, dims, True))
+    with torch.no_grad():   # the shift cancels: no gradient flows through the max
+        peak = reduce(prims.amax, x, dims, True)
+    shifted = HANDLERS[torch.sub](x, peak)
     exp = HANDLERS[torch.exp](shifted)
     return shifted, exp, reduce(prims.sum_, exp, dims, True)
 
@@ -137,8 +139,10 @@ def logsumexp(input, dim, keepdim=False):
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     if any(hint(input.shape[d]) == 0 for d in dims):
         return HANDLERS[torch.log](reduce(prims.sum_, HANDLERS[torch.exp](input), dims, keepdim))
-    peak = reduce(prims.amax, input, dims, True)
-    finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf), 0.0, peak)
+    with torch.no_grad():   # the shift cancels: no gradient flows through it
+        peak = reduce(prims.amax, input, dims, True)
+        finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf),
+                                       0.0, peak)
     total = reduce(prims.sum_, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
     return HANDLERS[torch.add](HANDLERS[torch.log](total), finite if keepdim else bind(
         prims.reshape, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
