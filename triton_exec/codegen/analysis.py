@@ -52,6 +52,14 @@ class Group:
     guards: list                # what the facts above rest on
 
 
+def accessed_vector(group: Group, inputs) -> int:
+    """16 bytes of the narrowest dtype the group loads or stores, in elements: the widest access
+    (a reduction's plan reads its inputs and writes its outputs only; its bool intermediates,
+    which `analyze` counts, are never accessed, and would demand a wider divisor of its sizes)."""
+    accessed = [t for t in (*inputs, *group.outputs) if isinstance(t, TensorProxy)]
+    return vectorize.ACCESS_BYTES // min(t.dtype.itemsize for t in accessed)
+
+
 def analyze(eqns, outputs, inputs, values) -> Group:
     """Step 1: merge contiguous inner dims, find the domain, the index widths and their guards."""
     allocated = tuple(outputs[0].shape)

@@ -17,7 +17,7 @@ import math
 from ir import TensorProxy
 from triton_exec import index, vectorize
 from triton_exec.codegen import kernel_types
-from triton_exec.codegen.analysis import analyze
+from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
@@ -40,7 +40,8 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     width = _flat(kept)
     numel = math.prod(vectorize.hint_of(s) for s in outer + reduced) * vectorize.hint_of(width)
     group = dataclasses.replace(group, domain=(*reduced, width), wide_cols=False,
-                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
+                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT,
+                                max_vector=accessed_vector(group, inputs))
     w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w, pairing_allowed=False)
     w.reduction_loop, w.shape = ReductionLoop(tile, "rows"), "[1, COLS]"

@@ -19,7 +19,7 @@ from ir import TensorProxy
 from ir.proxies import same_shape
 from triton_exec import index, vectorize
 from triton_exec.codegen import kernel_types
-from triton_exec.codegen.analysis import analyze
+from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
@@ -42,7 +42,8 @@ def lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> 
     group = analyze(eqns, outputs, inputs, values)      # the reductions merge no dims
     numel = math.prod(vectorize.hint_of(s) for s in outer) * vectorize.hint_of(length)
     group = dataclasses.replace(group, domain=(*outer, length), wide_cols=False,
-                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT)
+                                narrow=group.narrow and numel < kernel_types.INT32_LIMIT,
+                                max_vector=accessed_vector(group, inputs))
     w = kernel_writer(group, vectorize_enabled)
     tile = plan_tile(group, w, pairing_allowed=False)
     w.row = tile
