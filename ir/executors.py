@@ -56,6 +56,12 @@ class Executor:
     def fusion_pass(self, trace: Trace, ctx: CompileContext) -> Trace:
         return trace
 
+    def decomposes(self, tensor) -> bool:
+        """Whether this executor fuses the decompositions of composite ops (softmax, the norms,
+        cross_entropy: `ir/reductions.py`) on this tensor; where no executor does, the trace
+        keeps eager's own op, so the torch executor runs it bit for bit as eager."""
+        return False
+
     def refusal(self, eqn: Eqn) -> tuple[str, str]:
         """Why this executor left `eqn` (unclaimed) to another one, as (kind, reason), for
         `ir.explain` and the fallback warnings. By default: its `claims` refused it."""

@@ -376,7 +376,7 @@ class JitFunction:
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()},
-                           static_dims=self.static_dims)
+                           static_dims=self.static_dims, executors=tuple(self.executors))
         grad_mode = torch.is_grad_enabled()
         ctx.make_input = lambda name, tensor: input_proxy(name, tensor, ctx)
         try:

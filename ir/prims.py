@@ -7,7 +7,8 @@ its torch mapping, shape rules and grad rules (`ir.ops.host`, `elementwise`, `cl
 `movement`, `indexing`, `factories`, `reductions`, `opaque`, `queries`). Importing this module
 imports every family, which fills the tables of `ir.ops.registry` that the tracer and the passes read.
 """
-from ir.ops import indexing, queries  # noqa: F401  (torch mappings without prims of their own)
+# torch mappings without prims of their own
+from ir.ops import indexing, losses, queries  # noqa: F401
 from ir.ops.casts import convert_element_type_p as convert_element_type
 from ir.ops.clamp import clamp_p as clamp
 from ir.ops.elementwise import (BINARY, COMPARE, UNARY, gelu_p as gelu, relu_p as relu,

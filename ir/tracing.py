@@ -40,6 +40,9 @@ class TraceContext:
     # input name -> dims whose sizes are constants in symbolic mode (a caller fixes them: the
     # dims Dynamo holds static in a graph with symbolic sizes)
     static_dims: dict = dataclasses.field(default_factory=dict)
+    # the executors of the jitted function: whether one fuses a composite op's decomposition
+    # (`Executor.decomposes`), else the trace keeps eager's op
+    executors: tuple = ()
 
     def specialized(self, size, value, cause=None) -> None:
         self.specializations.append((size, value, cause or self.cause()))

@@ -4,10 +4,10 @@
 #
 #   bash perf/gpu_check.sh            # logs and the report under $OUT (default perf/out)
 #
-# Steps, each under its own time limit (the limits add up to 535 s, so the whole fits in 9 minutes):
+# Steps, each under its own time limit (the limits add up to 595 s, so the whole fits in 10 minutes):
 #   nvidia-smi and versions; CUDA correctness (perf/cuda_check.py: the RoPE, pad/cat/slice and
 #   random programs on CUDA tensors vs eager, fp16/bf16 chains bit for bit; compiled Triton); the benchmarks (rope, padcat,
-#   overhead, the small GPT's training step); one autotune report of the seed's RoPE; the pytest
+#   overhead, the small GPT's training step, the decoder layer against eager and inductor); one autotune report of the seed's RoPE; the pytest
 #   suite's correctness cases.
 # A step that fails or runs out of time is reported and the next one runs; the exit status is
 # the number of failed steps.
@@ -61,6 +61,9 @@ step bench_padcat 80 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/padcat.py
 step bench_overhead 50 env TRITON_EXEC_AUTOTUNE_MAX_CONFIGS=4 "$PY" perf/overhead.py --seed-size
 # the GPT's forward + backward with heuristic configs (tuning its ~30 kernels would not fit)
 step bench_gpt 60 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/gpt.py
+# the Llama-style decoder layer: memory-bound kernels per call against eager's, and its forward
+# and forward + backward against eager and inductor (values, times)
+step bench_decoder_layer 60 env TRITON_EXEC_AUTOTUNE=0 "$PY" perf/decoder_layer.py
 # whole models through eager, inductor and torch.compile with our backend (perf/models.py: a
 # Llama-3-8B-shaped layer, bf16); opt-in, as its inductor compiles do not fit the 9 minutes
 if [[ "${GPU_CHECK_MODELS:-0}" == 1 ]]; then
@@ -72,7 +75,7 @@ step report 40 "$PY" -m triton_exec report --out "$OUT/report"
 xdist=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8")
 step pytest 25 env TRITON_INTERPRET=1 "$PY" -m pytest -q --maxfail=5 -m "not slow" -p no:cacheprovider $xdist
 
-for log in bench_rope bench_padcat bench_overhead bench_gpt bench_models; do
+for log in bench_rope bench_padcat bench_overhead bench_gpt bench_decoder_layer bench_models; do
     [[ -f "$OUT/$log.log" ]] && { echo; echo "---- $log"; grep -E '^(\||##|[A-Z])' "$OUT/$log.log"; } >> "$summary"
 done
 echo "gpu_check done: $failed failed step(s); summary in $summary"

@@ -5,7 +5,9 @@ after it, in fp32/fp16/bf16, over laid-out inputs of 1 to a few thousand element
 both cache modes, against eager within the README's tolerance (summation order only: fp32
 accumulation, rounded once), forward and gradient; NaN/inf and empty rows as eager; softmax
 edge rows (all -inf, huge logits); the hand-written RMSNorm (with its residual add) and softmax
-are one kernel; outer-dim reductions and over-long rows run on torch, correctly."""
+are one kernel; rows longer than a block and rows of runtime length (symbolic mode, one entry
+for every length) are looped in one kernel; reductions over dims apart run on torch, correctly
+(outer dims: test_column_reductions.py)."""
 import math
 
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
-from semantics import laid_out
+from semantics import assert_bits_equal, laid_out
 
 REDUCTIONS = {
     "sum": lambda x, keep, two: x.sum((-2, -1) if two else -1, keepdim=keep),
@@ -82,8 +84,8 @@ def test_random_reduction_programs_match_eager(case):
     jf = ir.jit(fn, executors=["triton"], cache=mode)
     got = jf(x)
     assert_close_as_contract(got, fn(x), _row_length(x, two))
-    if mode == "constant values":       # symbolic: a row of runtime length is left to torch
-        assert torch_reductions(jf) == []           # every reduction in a kernel
+    if mode == "constant values" or not two:    # symbolic: several runtime reduced dims are
+        assert torch_reductions(jf) == []       # left to torch; else every reduction fused
 
 
 @settings(max_examples=20)
@@ -139,9 +141,8 @@ def test_handwritten_rms_norm_is_one_kernel(dtype, mode):
     for fn, args in ((handwritten_rms_norm, (x, w)), (residual_rms_norm, (x, r, w))):
         out, kernels, jf = kernels_of(fn, *args, mode=mode)
         assert_close_as_contract(out, fn(*args), 96)
-        if mode == "constant values":       # symbolic: the row (96) is a runtime size
-            assert len(kernels) == 1 and torch_reductions(jf) == []
-            assert "tl.reduce" in kernels[0].source
+        assert len(kernels) == 1 and torch_reductions(jf) == []
+        assert "tl.reduce" in kernels[0].source
 
 
 def test_softmax_and_log_softmax_are_one_kernel_each():
@@ -209,22 +210,48 @@ def _raised(fn, x):
     raise AssertionError("eager did not raise")
 
 
-def test_outer_dim_and_long_row_reductions_run_on_torch():
-    x = torch.randn(6, 5)
-    out, kernels, jf = kernels_of(lambda x: (x * 2).sum(0) + 1, x)
+def test_reductions_over_dims_apart_run_on_torch():
+    x = torch.randn(6, 5, 3)
+    out, kernels, jf = kernels_of(lambda x: (x * 2).sum((0, 2)) + 1, x)
     assert torch_reductions(jf) == ["sum"]
-    torch.testing.assert_close(out, (x * 2).sum(0) + 1)
-    long = torch.randn(2, 16385)
-    out, kernels, jf = kernels_of(lambda x: torch.softmax(x, -1), long)
-    assert "amax" in torch_reductions(jf)
-    torch.testing.assert_close(out, torch.softmax(long, -1))
+    torch.testing.assert_close(out, (x * 2).sum((0, 2)) + 1)
 
 
-def test_symbolic_batch_sizes_compile_once():
-    # the row length is a constant of the entry (a runtime one is left to torch); every other
-    # size is symbolic
+@pytest.mark.parametrize("dtype, mode", [(torch.float32, "symbolic values"),
+                                         (torch.bfloat16, "constant values")])
+def test_rows_longer_than_a_block_are_looped_in_one_kernel(dtype, mode):
+    x = torch.randn(2, 16385 + 1000).to(dtype)
+    x[1, 17000] = math.inf
+    for name in ("softmax", "log_softmax", "logsumexp", "rms_norm", "var", "amax"):
+        fn = program(name, "exp" if name == "var" else "none", "add", False, False)
+        out, kernels, jf = kernels_of(fn, x, mode=mode)
+        assert len(kernels) == 1 and torch_reductions(jf) == [], name
+        assert "for col_start" in kernels[0].source
+        assert_close_as_contract(out, fn(x), x.shape[-1])
+
+
+def test_symbolic_row_lengths_compile_once():
+    # every size is symbolic, the row's length too: the row is walked in blocks of COLS
     jf = ir.jit(residual_rms_norm, executors=["triton"], cache="symbolic values")
-    for shape in [(2, 40), (5, 40), (3, 40)]:
+    for shape in [(2, 40), (5, 40), (3, 24), (2, 300)]:
         x, r, w = torch.randn(shape), torch.randn(shape), torch.randn(shape[-1])
         assert_close_as_contract(jf(x, r, w), residual_rms_norm(x, r, w), shape[-1])
+        assert torch_reductions(jf) == [] and len(triton_exec.last_kernels(jf)) == 1
     assert ir.cache_stats(jf).misses == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_executor_keeps_eager_ops_bit_for_bit(dtype):
+    # no executor fuses the decompositions: the trace keeps torch.softmax, F.layer_norm, ...
+    x = torch.randn(4, 33).to(dtype)
+    w, b, t = torch.randn(33).to(dtype), torch.randn(33).to(dtype), torch.randint(0, 33, (4,))
+    for fn in (lambda x: torch.softmax(x * 2, -1), lambda x: F.log_softmax(x, -1),
+               lambda x: torch.logsumexp(x, -1), lambda x: x.var(-1),
+               lambda x: torch.std(x, -1, correction=0), lambda x: F.rms_norm(x, (33,), w),
+               lambda x: F.layer_norm(x, (33,), w, b),
+               lambda x: F.cross_entropy(x, t, label_smoothing=0.1)):
+        leaf, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, expected = ir.jit(fn, executors=["torch"])(leaf), fn(ref)
+        assert_bits_equal(out, expected)
+        assert_bits_equal(torch.autograd.grad(out, leaf, torch.ones_like(out)),
+                          torch.autograd.grad(expected, ref, torch.ones_like(expected)))

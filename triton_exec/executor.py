@@ -153,6 +153,9 @@ class TritonExecutor(ir.Executor):
         self.vectorize = vectorize
         self.name = name
 
+    def decomposes(self, tensor) -> bool:
+        return fusion.device_claimable(tensor.device)
+
     def fusion_pass(self, trace, ctx):
         groups = fusion.partition(trace)
         if not groups:

@@ -1,8 +1,10 @@
 """Fusion partitioning: which equations of a trace run together in one Triton kernel.
 
 Partitioning goes by dataflow from the outputs back: a fusible equation joins the group of its
-consumers when every consumer of its output is in that one group (so nothing escapes the group
-but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast), or a
+consumers when every consumer of its output is in that one group (no cycle can form); else, when
+its value has the shape of its earliest reader group's root and every other reader comes after
+that group's launch, it joins that group, which stores it for the others (`_stored_by`: the
+residual sum a norm reads and the next residual add reads again); a view (slice, reshape, permute, broadcast), or a
 cheap op (`recomputed`), read by several groups joins each of them, as index arithmetic costs
 less than a round trip to memory, and a view of a group's result is left to torch, where it
 costs nothing. Independent groups then merge into one kernel where their outputs nest
@@ -21,7 +23,7 @@ import torch
 
 from ir import TensorProxy, prims
 from ir.ops.vjp import has_rule
-from ir.proxies import same_size
+from ir.proxies import same_shape, same_size
 from ir.trace import iter_vars
 from triton_exec import horizontal, row_groups, vectorize
 from triton_exec.codegen import TL_DTYPE
@@ -141,6 +143,9 @@ def partition(trace) -> list[list[int]]:
         if all_fused and (len(user_roots) == 1 or recomputed(eqn)) and all(
                 row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
             roots = user_roots      # a cheap value read by several groups is recomputed in each
+        elif not is_view(eqn) and (first := _stored_by(trace, eqn, users, groups_of,
+                                                       groups)) is not None:
+            roots = {first}         # computed in its first reader's group, stored for the rest
         elif is_view(eqn) and not _stores_reshaped(eqn, producers, consumers, escaping):
             continue                # a view of a result stays a free torch view
         else:
@@ -151,6 +156,22 @@ def partition(trace) -> list[list[int]]:
             groups[root].append(i)
     kept = [sorted(g) for g in groups.values() if not all(is_view(trace.eqns[i]) for i in g)]
     return horizontal.merge_siblings(trace, sorted(kept, key=lambda g: g[-1]))
+
+
+def _stored_by(trace, eqn, users: set, groups_of: dict, groups: dict):
+    """The group that computes `eqn` and stores its value for its other readers (returned, or
+    read by later ops or groups: a residual sum that a norm's group reads and the next residual
+    add reads again), or None: the earliest group of its fused readers, when every other reader
+    comes after that group's launch (its root) and the value has the group's shape."""
+    roots = set().union(*(groups_of[u] for u in users if u in groups_of))
+    if not roots or len(eqn.outs) != 1:
+        return None
+    first = min(roots)
+    if not all(u in groups[first] or u > first for u in users):
+        return None
+    if not same_shape(eqn.out.shape, trace.eqns[first].out.shape):
+        return None
+    return first if row_groups.joins(trace, eqn, groups[first]) else None
 
 
 def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:

@@ -92,12 +92,17 @@ def _joins(trace, before, roots, members, g) -> bool:
         return False
     if not all(_related(a, b_shape) for a in shapes) and not _reads_shared(trace, members, g):
         return False
-    # outputs leave a group from its roots only (a shared view is recomputed in each group)
-    if any(r in before[j] for r in roots for j in g) or any(b_root in before[j] for j in members):
+    # a group's outputs are its roots' and the values it stores for later readers
+    # (`fusion._stored_by`): any equation of its own may be one (a view recomputed in both
+    # groups is in both and is no output)
+    a_only = [m for m in members if m not in g]
+    b_only = [j for j in g if j not in members]
+    if (any(m in before[j] for m in a_only for j in b_only)
+            or any(j in before[m] for j in b_only for m in a_only)):
         return False
     # what reads the merged outputs before B's root moves after it
-    moved = [j for j in range(min(roots), b_root)
-             if j not in g and j not in members and any(r in before[j] for r in roots)]
+    moved = [j for j in range(min(a_only, default=b_root), b_root)
+             if j not in g and j not in members and any(m in before[j] for m in a_only)]
     return all(repeatable(trace.eqns[j]) for j in moved)
 
 

@@ -2,10 +2,12 @@
 prims (`sum_p`, `amax_p`, `amin_p`, reshaped back for `keepdim`); `softmax`, `log_softmax`,
 `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them and elementwise
 prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16 input, rounded once to
-the input's dtype). Anything outside what is modeled here (integer input, a `dtype=` argument,
-an implicit dim) stays an opaque torch call, whose shape rules are here too (with those of the
-reductions left to torch: `prod`, `argmax`, `max(dim)`, norms). The grad rules: a sum's gradient
-broadcast back, amax/amin's split evenly among the elements equal to the result.
+the input's dtype), where an executor of the jitted function fuses them (`decomposed`); else
+eager's own op is kept (the torch executor runs it bit for bit). Anything outside what is
+modeled here (integer input, a `dtype=` argument, an implicit dim) stays an opaque torch call,
+whose shape rules are here too (with those of the reductions left to torch: `prod`, `argmax`,
+`max(dim)`, norms). The grad rules: a sum's gradient broadcast back, amax/amin's split evenly
+among the elements equal to the result.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from ir.ops.registry import HANDLERS, TORCH_SOURCE, define, grad_rule, register,
 from ir.ops.scalars import meta_dtype
 from ir.ops.shapes import _dim, _same, broadcast_shape
 from ir.ops.vjp import div, emit, eq, mul
-from ir.proxies import IntProxy, TensorProxy, hint
+from ir.proxies import IntProxy, TensorProxy, active_trace, hint
 from ir.recording import bind, opaque
 from ir.trace import render
 
@@ -74,6 +76,13 @@ def _modeled(x) -> bool:
     return isinstance(x, TensorProxy) and x.dtype.is_floating_point
 
 
+def decomposed(x) -> bool:
+    """Whether a composite op (softmax, log_softmax, logsumexp, var/std, the norms,
+    cross_entropy) on x is traced as its decomposition: a float tensor that an executor of the
+    jitted function fuses (`Executor.decomposes`); else eager's own op is kept, bit for bit."""
+    return _modeled(x) and any(ex.decomposes(x) for ex in active_trace().executors)
+
+
 @register(torch.sum, torch.Tensor.sum, methods=("sum",))
 def sum_(input, dim=None, keepdim=False, *, dtype=None):
     if not _modeled(input) or dtype is not None:
@@ -116,14 +125,16 @@ def _upcast(x):
 def _softmax_parts(x, dim):
     """(x - max, sum(exp(x - max))) over dim, kept: the shared half of softmax and log_softmax."""
     dims = (_dim(dim, x.ndim),)
-    shifted = HANDLERS[torch.sub](x, reduce(amax_p, x, dims, True))
+    with torch.no_grad():   # the shift cancels: no gradient flows through the max
+        peak = reduce(amax_p, x, dims, True)
+    shifted = HANDLERS[torch.sub](x, peak)
     exp = HANDLERS[torch.exp](shifted)
     return shifted, exp, reduce(sum_p, exp, dims, True)
 
 
 def _softmax_like(fn, log: bool):
     def handler(input, dim=None, _stacklevel=3, dtype=None):
-        if not _modeled(input) or dim is None or input.ndim == 0:
+        if not decomposed(input) or dim is None or input.ndim == 0:
             return opaque(fn, (input, dim), {"dtype": dtype} if dtype is not None else {})
         x = convert(input, dtype) if dtype is not None else input
         out_dtype = x.dtype
@@ -143,15 +154,17 @@ register(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, methods=("l
 @register(torch.logsumexp, torch.Tensor.logsumexp, methods=("logsumexp",))
 def logsumexp(input, dim, keepdim=False):
     """As ATen: max subtracted, an infinite max replaced by 0 (an all -inf row gives -inf)."""
-    if not _modeled(input) or input.ndim == 0:
+    if not decomposed(input) or input.ndim == 0:
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     dims = _dims(input, dim)
     if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     if any(hint(input.shape[d]) == 0 for d in dims):
         return HANDLERS[torch.log](reduce(sum_p, HANDLERS[torch.exp](input), dims, keepdim))
-    peak = reduce(amax_p, input, dims, True)
-    finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf), 0.0, peak)
+    with torch.no_grad():   # the shift cancels: no gradient flows through it
+        peak = reduce(amax_p, input, dims, True)
+        finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf),
+                                       0.0, peak)
     total = reduce(sum_p, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
     return HANDLERS[torch.add](HANDLERS[torch.log](total), finite if keepdim else bind(
         reshape_p, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
@@ -184,7 +197,7 @@ def _correction(unbiased, correction):
 def _var_like(fn, root: bool):
     def handler(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         c = _correction(unbiased, correction)
-        if not _modeled(input) or input.ndim == 0 or not isinstance(c, int):
+        if not decomposed(input) or input.ndim == 0 or not isinstance(c, int):
             return opaque(fn, (input, dim), {"correction": c, "keepdim": keepdim})
         result = _variance(input, _dims(input, dim), c, keepdim)
         return convert(HANDLERS[torch.sqrt](result) if root else result, input.dtype)
@@ -204,7 +217,7 @@ def _norm_dims(input, normalized_shape):
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """As ATen's composite: x * rsqrt(mean(x^2) + eps) in fp32 for fp16/bf16, rounded to the
     input's dtype, then times the weight (eps defaults to fp32's machine epsilon)."""
-    if not _modeled(input) or (weight is not None and not isinstance(weight, TensorProxy)):
+    if not decomposed(input) or (weight is not None and not isinstance(weight, TensorProxy)):
         return opaque(F.rms_norm, (input, normalized_shape, weight, eps), {})
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)
@@ -219,8 +232,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) * rsqrt(biased var + eps) * weight + bias, in fp32 for fp16/bf16 (weight and
     bias too), rounded once to the input's dtype."""
-    if not _modeled(input) or any(p is not None and not isinstance(p, TensorProxy)
-                                  for p in (weight, bias)):
+    if not decomposed(input) or any(p is not None and not isinstance(p, TensorProxy)
+                                    for p in (weight, bias)):
         return opaque(F.layer_norm, (input, normalized_shape, weight, bias, eps), {})
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)

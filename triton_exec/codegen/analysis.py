@@ -54,6 +54,14 @@ class Group:
                                 # fusion nest in the largest: `triton_exec.horizontal`)
 
 
+def accessed_vector(group: Group, inputs) -> int:
+    """16 bytes of the narrowest dtype the group loads or stores, in elements: the widest access
+    (a reduction's plan reads its inputs and writes its outputs only; its bool intermediates,
+    which `analyze` counts, are never accessed, and would demand a wider divisor of its sizes)."""
+    accessed = [t for t in (*inputs, *group.outputs) if isinstance(t, TensorProxy)]
+    return vectorize.ACCESS_BYTES // min(t.dtype.itemsize for t in accessed)
+
+
 def analyze(eqns, outputs, inputs, values) -> Group:
     """Step 1: merge contiguous inner dims, find the domain (the largest output's shape: the
     others nest in it), the index widths and their guards."""

@@ -177,6 +177,20 @@ def _full(w, eqn, idx, mask, path):
     return w.let("v", f"tl.full({w.shape}, {w.value(value, [], index.TRUE, path)}, {TL_DTYPE[dtype]})")
 
 
+def _arange(w, eqn, idx, mask, path):
+    """start + i * step at index i (integer constants: `_arange_refusal`)."""
+    start, _, step = eqn.args
+    value = w.tile_shaped(index.add(index.mul(idx[0], step), start))
+    return w.let("v", f"({w.render.expr(value, top=True)}).to({TL_DTYPE[eqn.out.dtype]})")
+
+
+def _arange_refusal(eqn):
+    start, _, step = eqn.args
+    if not all(isinstance(v, int) for v in (start, step)) or eqn.out.dtype != torch.int32:
+        return "arange is fused as int32 with constant start and step only"
+    return None
+
+
 def _full_merged(eqn, args, params, k, inner):
     shape = eqn.outs[0].shape   # its sizes as guards left them (the merged ones constants)
     return (tuple(shape[:k]) + (shape[k] * inner,),), params
@@ -194,6 +208,7 @@ def _pow_refusal(eqn):
 register(prims.convert_element_type, lower=_convert)
 register(prims.where, lower=_where)
 register(prims.full, lower=_full, merged=_full_merged)
+register(prims.arange, lower=_arange, refuse=_arange_refusal, merges=lambda eqn, k: False)
 _FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
                "silu", "gelu", "relu"}
 _ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "clamp", "neg", "abs", "pow"}

@@ -1,22 +1,28 @@
-"""The lowering of reductions over the innermost dims (`sum`, `amax`, `amin`): in a row plan
+"""The lowering of reductions (`sum`, `amax`, `amin`). Over the innermost dims, in a row plan
 (`row_plan`: one program per block of whole rows, COLS covering the row) a reduction is a
 reduction (`tl.reduce`) of its input's tile along COLS, a [ROWS, 1] tile that broadcasts
-against the row. Accumulation is in fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16
-result is rounded once, as eager rounds it. amax/amin propagate NaN as eager does (Triton's
-max/min drop it). Registers the rules on import (`triton_exec.rules`); reductions over outer
-dims, empty rows and rows past `ROW_LIMIT` are refused (torch runs them). Imports `kernel_types` and
-`narrow_tiles` from this package.
+against the row. Over a run of dims before the innermost (the column sums of a weight's or a
+broadcast's gradient over the leading dims, a repeat's over a middle one), in a column plan (`column_reduction`) it is a loop over blocks of rows
+accumulating a [ROWS, COLS] tile, reduced along ROWS into a [1, COLS] tile. Accumulation is in
+fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16 result is rounded once, as eager rounds
+it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers the rules on
+import (`triton_exec.rules`); reductions over dims apart and empty rows are refused (torch runs
+them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`). Imports `kernel_types`, `narrow_tiles` and `render` from this
+package.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
+from triton_exec.codegen.render import split_dependent
 from triton_exec.codegen.narrow_tiles import rounded_tile
 from triton_exec.rules import register
 from triton_exec.vectorize import Path
 
-ROW_LIMIT = 16384       # elements of a row that one program reduces at most
+ROW_LIMIT = 16384       # elements of a row one program holds at most: a longer row is looped
 
 # prim -> (the combine function of `tl.reduce`, the value masked-off lanes hold). The builtin
 # `tl.reduce` with Triton's own combine functions, not `tl.sum`/`tl.max` (@triton.jit library
@@ -34,20 +40,47 @@ def row_of(eqn):
     return tuple(t.shape[:t.ndim - len(dims)]), tuple(t.shape[t.ndim - len(dims):])
 
 
+def over_columns(eqn) -> bool:
+    """Whether the reduction is over a run of dims that ends before the innermost (the column
+    sums of a weight's or broadcast's gradient over the leading dims, a repeat's gradient over
+    a middle dim): a column plan's (`column_reduction`); else over the innermost dims, a row
+    plan's (other dims are refused)."""
+    t, dims = eqn.args[0], tuple(eqn.params["dims"])
+    return (0 < len(dims) and dims[-1] < t.ndim - 1
+            and dims == tuple(range(dims[0], dims[0] + len(dims))))
+
+
+def columns_of(eqn):
+    """(outer sizes, reduced sizes, inner sizes) of a reduction over a run of dims before the
+    innermost: the dims kept before the run (one program each), the rows it sums, the columns
+    it keeps."""
+    t, dims = eqn.args[0], tuple(eqn.params["dims"])
+    return tuple(t.shape[:dims[0]]), tuple(t.shape[dims[0]:dims[-1] + 1]), \
+        tuple(t.shape[dims[-1] + 1:])
+
+
+def _column_refusal(eqn):
+    outer, reduced, kept = columns_of(eqn)
+    if any(vectorize.hint_of(s) == 0 for s in outer + kept):
+        return f"{eqn.prim.name} into an empty result is left to torch"
+    if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):     # COLS walks them flat
+        return f"{eqn.prim.name} keeping several dims of runtime size is not fused"
+    if eqn.prim.name != "sum" and any(vectorize.hint_of(s) == 0 for s in reduced):
+        return f"{eqn.prim.name} over no rows is eager's error: left to torch"
+    return None
+
+
 def _refusal(eqn):
     t, dims = eqn.args[0], eqn.params["dims"]
+    if over_columns(eqn):
+        return _column_refusal(eqn)
     if not dims or tuple(dims) != tuple(range(t.ndim - len(dims), t.ndim)):
-        return f"{eqn.prim.name} over outer dims {dims} is not fused (torch runs it)"
+        return f"{eqn.prim.name} over dims {dims} is not fused (torch runs it)"
     reduced = row_of(eqn)[1]
-    if any(isinstance(s, IntProxy) for s in reduced):   # COLS would bound the entry's sizes
-        return f"{eqn.prim.name} over a row of runtime length is not fused (torch runs it)"
-    length = 1
-    for s in reduced:
-        length *= vectorize.hint_of(s)
-    if length == 0:
+    if len(reduced) > 1 and any(isinstance(s, IntProxy) for s in reduced):  # COLS walks them flat
+        return f"{eqn.prim.name} over several dims of runtime size is not fused (torch runs it)"
+    if any(vectorize.hint_of(s) == 0 for s in reduced):
         return f"{eqn.prim.name} over empty rows is left to torch"
-    if length > ROW_LIMIT:
-        return f"{eqn.prim.name} over rows of {length} elements (over {ROW_LIMIT}) is not fused"
     return None
 
 
@@ -65,7 +98,10 @@ def split_columns(cols, reduced) -> list:
 
 def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
-    reduced along COLS into a [ROWS, 1] tile."""
+    reduced along COLS into a [ROWS, 1] tile; with a loop over the row or over the rows, see
+    `_reduce_looped`."""
+    if w.reduction_loop is not None:
+        return _reduce_looped(w, eqn, idx)
     t, name = eqn.args[0], eqn.prim.name
     outer, reduced = row_of(eqn)
     row_path = Path().through(reduced[-1]) if len(reduced) == 1 else Path().broken()
@@ -80,6 +116,108 @@ def _reduce(w, eqn, idx, mask, path):
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
+
+
+@dataclasses.dataclass
+class ReductionLoop:
+    """A plan whose reductions loop over blocks of the tile (`w.reduction_loop`): over the rows
+    (`over="rows"`: the column plan, `column_reduction`, whose reductions run along ROWS into a
+    [1, COLS] tile) or over the row's columns (`over="cols"`: the row plan of a long or runtime
+    row, `row_plan`, whose reductions run along COLS into a [ROWS, 1] tile). Outside the loops
+    the kernel holds the reduced tiles; the plan lowers its reductions in trace order first, so
+    one that reads another finds it computed (`results`)."""
+
+    tile: object                # the plan's `tile_plan.Tile`
+    over: str                   # "rows" or "cols": the index the loops walk
+    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> reduced tile
+    capturing: bool = False     # inside a loop
+
+    @property
+    def axis(self) -> int:
+        return 0 if self.over == "rows" else 1
+
+    def index_line(self, start: str, narrow: bool) -> str:
+        """The line that sets the loop's index from the block's first index `start`."""
+        if self.over == "rows":
+            return (f"rows = {start} + tl.arange(0, ROWS)[:, None]"
+                    + ("" if narrow else ".to(tl.int64)"))
+        return f"cols = {start} + tl.max_contiguous(tl.arange(0, COLS), VEC)[None, :]"
+
+    def input_index(self, eqn, idx) -> list:
+        """The index of the reduction's input at output index idx and the loop's index."""
+        idx = list(idx)
+        if self.over == "rows":
+            outer, reduced, _ = columns_of(eqn)
+            return idx[:len(outer)] + list(self.tile.outer[:len(reduced)]) + idx[len(outer):]
+        outer, reduced = row_of(eqn)
+        return idx[:len(outer)] + split_columns(self.tile.cols, reduced)
+
+
+def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
+    """Appends a loop over the plan's blocks (ROWS rows, or COLS columns, at a time) whose body
+    is what `emit()` appends: its lines that do not read the loop's index run once, before the
+    loop (then the lines `first`); names bound inside the loop are forgotten after it."""
+    start, outside_shape = len(w.lines), w.shape
+    w.shape, plan.capturing = "[ROWS, COLS]", True
+    var = w.names.fresh("row_start" if plan.over == "rows" else "col_start")
+    w.lines.append(plan.index_line(var, w.narrow))
+    emit()
+    body = w.lines[start:]
+    del w.lines[start:]
+    before, inside, defined = split_dependent(body, {var})
+    w.lines.extend(before + list(first))
+    extent = plan.tile.rows_extent if plan.over == "rows" else plan.tile.cols_extent
+    count = w.render.expr(extent, top=True)
+    if not isinstance(extent, index.Const):
+        count = f"loops.bound({count})"        # see `triton_exec.kernel_loops`
+    w.lines.append(f"for {var} in range(0, {count}, {'ROWS' if plan.over == 'rows' else 'COLS'}):")
+    w.lines.extend("    " + line for line in inside)
+    w.forget(defined)
+    w.shape, plan.capturing = outside_shape, False
+
+
+def _reduce_looped(w, eqn, idx):
+    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): a loop over
+    the blocks accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along the
+    loop's axis gives the reduced tile."""
+    plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
+    if key in plan.results:
+        return plan.results[key]
+    assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
+    t, name = eqn.args[0], eqn.prim.name
+    reduced = columns_of(eqn)[1] if plan.over == "rows" else row_of(eqn)[1]
+    kept = columns_of(eqn)[2] if plan.over == "rows" else reduced
+    if name != "sum":       # over nothing, eager's error (refused): a runtime count is guarded
+        w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
+    fn, neutral = REDUCE_SRC[name]
+    acc = w.names.fresh("acc")
+
+    def accumulate():
+        path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+        x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
+        in_domain = w.mask_name(plan.tile.in_domain)
+        masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
+        if name == "sum":
+            update = f"{acc} + {masked}"
+        else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
+            pick = "maximum" if name == "amax" else "minimum"
+            update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
+                      f"tl.{pick}({acc}, {masked}))")
+        w.lines.append(f"{acc} = {update}")
+
+    in_loop(w, plan, accumulate, [f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
+                                  f"# {name} of each lane's {plan.over}, accumulated in fp32"])
+    axis = plan.axis
+    result = w.let("v", f"tl.reduce({acc}, {axis}, {fn}, keep_dims=True)",
+                   f"{name} over the {plan.over}")
+    if name != "sum":
+        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {axis}, "
+                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
+        result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+    if eqn.out.dtype in COMPUTE_DTYPE:
+        result = rounded_tile(w, result, eqn.out.dtype)
+    plan.results[key] = result
+    return result
 
 
 register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,

@@ -138,7 +138,12 @@ class Lowered:
                                 # the columns with one block: COLS >= the extent); () when whole
     loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
                                     # per program, the grid's second axis); `rows` excludes it
-    whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
+    whole_rows: bool = False    # a row plan (`row_plan`): one column block (COLS covers the
+                                # row, or a loop walks it: `row_loop`)
+    row_loop: bool = False      # a row plan that walks the row in blocks of COLS columns
+    column_rows: "index.Expr | None" = None     # a column plan (`column_reduction`): the rows
+                                                # each program reduces (`rows`: the count of the
+                                                # outer dims' indices, a program each)
     row_axis: int | None = None     # a 2-D tile for a transpose (`row_axis`): the outer dim ROWS
                                     # walks fastest, along which some loads are wide
     output_shapes: tuple = ()   # each output's shape, where they differ (a horizontal fusion:

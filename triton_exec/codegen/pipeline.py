@@ -1,7 +1,8 @@
 """Lowering one fusion group to a kernel, step by step: analyze (`analysis`) -> plan the columns
 (`column_plan`), the loop (`loop_plan`), the rows of a transpose (`transpose_plan`) and the
-tile (`tile_plan`) -> build the body
-(`assembly`) -> render (`render`), or by the row plan (`row_plan`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
+tile (`tile_plan`) -> build the body (`assembly`) -> render (`render`), or by the row plan
+(`row_plan`) or the column plan (`column_reduction`), into a `Lowered` (`lowered`), with pair
+tiling (`pairs`)
 without column chunks. The top of `triton_exec.codegen`: imports the steps, and is imported by
 no file of the package but `__init__`.
 """
@@ -12,6 +13,7 @@ from triton_exec import vectorize
 from triton_exec.codegen.analysis import analyze
 from triton_exec.codegen.assembly import build, kernel_writer, runtime_sizes
 from triton_exec.codegen.column_plan import plan_columns
+from triton_exec.codegen.column_reduction import column_reductions, lower_columns
 from triton_exec.codegen.loop_plan import plan_loop
 from triton_exec.codegen.lowered import Lowered, LoopDim
 from triton_exec.codegen.pairs import pair_tiling
@@ -24,7 +26,9 @@ from triton_exec.codegen.transpose_plan import plan_rows
 def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
     """Lowers one fusion group (equations in trace order; `outputs` of one shape) to a kernel:
     analyze -> plan the tile -> build the expressions -> render. A group with reductions is
-    lowered by the row plan (`row_plan`)."""
+    lowered by the row plan (`row_plan`), over outer dims by the column plan (`column_reduction`)."""
+    if column_reductions(eqns):
+        return lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled)
     if reductions(eqns):
         return lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled)
     group = analyze(eqns, outputs, inputs, values)

@@ -36,17 +36,28 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 def loop_body(lines: list, loop: Loop) -> list:
-    """The body generated once, split around the loop over `loop`'s dim: each line that reads
-    the loop's index, or a name assigned inside the loop, goes inside it (indented, in order);
-    every other line runs once, before it. A full-line comment heads the lines after it, on the
-    side or sides where they land."""
+    """The body generated once, split around the loop over `loop`'s dim (`split_dependent`
+    on the loop's counter `j`): the lines that read the loop's index go inside it, indented."""
+    before, inside, _ = split_dependent(lines, {"j"}, loop.index_line)
+    return before + [f"# The loop over the LOOP indices of dim {loop.dim} in this program's "
+                     f"block: the lines above depend on none of them (values of inputs broadcast "
+                     f"along dim {loop.dim} are read once per program)",
+                     "for j in tl.static_range(LOOP):"] + ["    " + line for line in inside]
+
+
+def split_dependent(lines: list, seeds: set, first: str | None = None
+                    ) -> tuple[list, list, set]:
+    """(before, inside, the names assigned inside): each line that reads a name of `seeds`, or
+    a name assigned by such a line, goes inside a loop (in order); every other line runs once,
+    before it. A full-line comment heads the lines after it, on the side or sides where they
+    land; the line `first` (the loop's index line) goes inside with no heading."""
     before, inside = [], []
-    dependent = {"j"}
+    dependent = set(seeds)
     header, comments, headed = (), False, {id(before): (), id(inside): ()}
     for line in lines:
-        if line == loop.index_line:
+        if line == first:
             inside.append(line)
-            dependent.add(loop.leaf.name)
+            dependent |= set(_TARGETS.match(line)[1].split(", "))
             continue
         code = line.split("#", 1)[0]
         if line.startswith(" "):    # the body of a block (`stores`): with its header
@@ -67,10 +78,7 @@ def loop_body(lines: list, loop: Loop) -> list:
             side.extend(header)
             headed[id(side)] = header
         side.append(line)
-    return before + [f"# The loop over the LOOP indices of dim {loop.dim} in this program's "
-                     f"block: the lines above depend on none of them (values of inputs broadcast "
-                     f"along dim {loop.dim} are read once per program)",
-                     "for j in tl.static_range(LOOP):"] + ["    " + line for line in inside]
+    return before, inside, dependent - set(seeds)
 
 
 def live_lines(lines: list) -> list:

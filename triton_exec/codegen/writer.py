@@ -18,7 +18,7 @@ from triton_exec.rules import rule_of
 from triton_exec.vectorize import Path
 
 # Names of the kernel's own: the module's imports, the constexprs, the tile's indices and masks
-KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "ROWS", "COLS", "VEC", "LOOP", "j",
+KERNEL_RESERVED = {"tl", "triton", "libdevice", "narrow", "loops", "ROWS", "COLS", "VEC", "LOOP", "j",
                    "pid", "col_blocks", "rows", "cols", "in_domain", "float", "int"}
 
 
@@ -62,6 +62,8 @@ class KernelWriter:
                                             # load whose contiguous innermost dim the columns
                                             # do not walk
         self.row = None                     # the row plan's tile, read by reductions
+        self.reduction_loop = None          # a plan whose reductions loop over blocks
+                                            # (`lower_reduction.ReductionLoop`)
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
@@ -98,6 +100,14 @@ class KernelWriter:
             return self.let("v", negative_zero(self.shape))
         return self.let("v", f"tl.full({self.shape}, {self.value(value, [], index.TRUE, None)}, "
                              f"{TL_DTYPE[compute_dtype(dtype)]})")
+
+    def forget(self, names: set) -> None:
+        """Forgets the values, masks and loads bound to these names (bound inside a loop, not
+        defined after it): a later use binds them anew."""
+        for table in (self.memo, self.render.names, self.loaded, self.narrow_tiles):
+            for key in [k for k, v in table.items() if (v if isinstance(v, str) else k) in names]:
+                del table[key]
+        self.render.masks[:] = [(m, n) for m, n in self.render.masks if n not in names]
 
     # ---- runtime integers ------------------------------------------------------------------
     def runtime_int(self, source, name: str, divisor: int, bounded: bool) -> index.Leaf:
