@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 
 from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
                 module_calls, module_state, modules, passes, prims, recompiles, transforms,
-                write_back)
+                whole_backward, write_back)
 from ir.containers import Keywords
 from ir.executors import CompileContext, Executor, get_executor, torch_executor
 from ir.prologue import Prologue, build_prologue
@@ -545,14 +545,26 @@ class JitFunction:
         write_back.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
-        backward, backward_host = {}, []
+        backward, backward_host, whole = {}, [], []
 
-        def differentiate(fused):       # in grad mode, fusion groups become differentiable
+        def differentiate(fused, before):   # in grad mode: one backward, or one per group
             nonlocal backward, backward_host
             if not checks_requires_grad:
                 return fused
-            fused, backward, backward_host = autodiff.differentiate(
-                fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
+            lower = lambda t, c: self.lower(t, c)[1:]   # noqa: E731
+            reason = whole_backward.refusal(ctx, grad_mode, final_grad_mode)
+            if reason is None:
+                try:
+                    fused, traces, backward_host, plan = whole_backward.build(
+                        before, fused, ctx, cctx, lower)
+                    backward = {traces[-1].name: traces}
+                    whole.append(plan)
+                    cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
+                    return fused
+                except whole_backward.Refused as why:
+                    reason = str(why)
+            cctx.extra["backward"] = f"one per fusion group: {reason}"
+            fused, backward, backward_host = autodiff.differentiate(fused, ctx, cctx, lower)
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
@@ -564,6 +576,8 @@ class JitFunction:
         prologue = write_back.guarded_apart(prologue, ctx.mutations.written_inputs,
                                             lambda args: _paired_values(inputs, args))
         computation = compile_trace(traces[-1])
+        if whole:       # the computation as one autograd Function (`ir.whole_backward`)
+            whole[0].forward, computation = computation, whole[0]
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)
         if rebindings is not None:
@@ -607,7 +621,7 @@ class JitFunction:
                 trace = fused
                 traces.append(trace)
         if differentiate is not None:
-            changed = differentiate(trace)
+            changed = differentiate(trace, traces[1])
             if changed is not trace:
                 trace = changed
                 traces.append(trace)
