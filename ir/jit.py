@@ -552,18 +552,19 @@ class JitFunction:
             if not checks_requires_grad:
                 return fused
             lower = lambda t, c: self.lower(t, c)[1:]   # noqa: E731
-            reason = whole_backward.refusal(ctx, grad_mode, final_grad_mode)
+            reason = whole_backward.refusal(before, ctx, grad_mode, final_grad_mode)
             if reason is None:
                 try:
                     fused, traces, backward_host, plan = whole_backward.build(
                         before, fused, ctx, cctx, lower)
                     backward = {traces[-1].name: traces}
                     whole.append(plan)
+                    cctx.extra["whole_backward"] = plan
                     cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
                     return fused
                 except whole_backward.Refused as why:
                     reason = str(why)
-            cctx.extra["backward"] = f"one per fusion group: {reason}"
+            cctx.extra["backward"] = f"per fusion group ({reason})"
             fused, backward, backward_host = autodiff.differentiate(fused, ctx, cctx, lower)
             return fused
 

@@ -147,7 +147,8 @@ def _release_if_freed(ctx) -> None:
 
 # ---- building the plan ---------------------------------------------------------------------
 
-def refusal(tctx: TraceContext, grad_mode: bool, final_grad_mode: bool) -> str | None:
+def refusal(traced: Trace, tctx: TraceContext, grad_mode: bool,
+            final_grad_mode: bool) -> str | None:
     """Why the whole-trace backward is not used for this trace before looking at it; None."""
     if not enabled():
         return "turned off (IR_WHOLE_BACKWARD=0)"
@@ -157,6 +158,8 @@ def refusal(tctx: TraceContext, grad_mode: bool, final_grad_mode: bool) -> str |
         return "fn leaves grad disabled"
     if tctx.mutations.written_inputs:
         return "fn writes its inputs in place"
+    if not any(needs_grad(v) for v in traced.input_vars()):
+        return "no input needs grad"
     return None
 
 
@@ -169,6 +172,11 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     eqns = [e for e in traced.eqns]
     materialized = {id(v) for v in traced.input_vars()}
     materialized.update(id(o) for e in fused.eqns for o in e.outs if o is not None)
+    for e in eqns:
+        if e.prim is prims.opaque and (not e.params["fn_name"].startswith("torch.")
+                                       or "module_call" in e.params):
+            raise Refused(f"it calls {e.params['fn_name']}, not a torch function (its closure "
+                          "may hold tensors that need grad, which are not inputs)")
     out_vars, out_index = _outputs(traced)
     _refuse_views(eqns, out_vars, materialized)
     grad_inputs = _distinct(v for v in traced.input_vars() if needs_grad(v))
@@ -336,9 +344,6 @@ def _grad_positions(eqn) -> list:
 
 def _opaque_vjp(eqn, out_cts, handles, tctx):
     fn_name = eqn.params["fn_name"]
-    if not fn_name.startswith("torch.") or "module_call" in eqn.params:
-        raise Refused(f"{fn_name} is not a torch function (its closure may hold tensors that "
-                      "need grad)")
     flat = pytree.tree_flatten((eqn.args, eqn.params["kwargs"]))[0]
     wrt = [flat[i] for i in _grad_positions(eqn)]
     tctx.counters.setdefault("h", 0)
@@ -414,7 +419,7 @@ def _reaches(eqns, var, out_vars) -> frozenset:
     reached = {id(var)}
     for e in eqns:
         if any(id(v) in reached for v in e.input_vars() if needs_grad(v)):
-            reached.update(id(o) for o in e.outs if o is not None and o.requires_grad)
+            reached.update(id(o) for o in e.outs if needs_grad(o))
     return frozenset(k for k, o in enumerate(out_vars) if id(o) in reached)
 
 
