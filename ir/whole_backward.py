@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 import torch
@@ -31,7 +32,7 @@ from torch.utils import _pytree as pytree
 
 from ir import autocast, prims
 from ir.grad_rules import GRAD_RULES, emit, needs_grad
-from ir.proxies import ScalarProxy, TensorProxy, Var
+from ir.proxies import ScalarProxy, TensorProxy, Var, hint
 from ir.trace import Trace, iter_vars, map_vars
 from ir.tracing import TraceContext, new_tensor, record, tracing
 from ir.transforms import per_sample
@@ -182,6 +183,7 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     grad_inputs = _distinct(v for v in traced.input_vars() if needs_grad(v))
     name = f"{cctx.name}_backward"
     built, grads, handles, host = _backward_trace(eqns, out_vars, grad_inputs, tctx, name)
+    fused = _saving_reductions(built, eqns, fused, materialized, cctx)
     built = _with_recomputation(built, eqns, materialized)
     grad_of = {id(g): k for k, g in grads.items()}
     unknown = [v.name for v in _free_vars(built) if isinstance(v, TensorProxy)
@@ -397,9 +399,9 @@ def _record(fn, positions, *args, **kwargs):
     return (*[r.detach() for r in results], Node([flat[i] for i in positions], results))
 
 
-def _with_recomputation(built: Trace, eqns, materialized) -> Trace:
-    """The backward with the forward's equations it needs that the forward does not keep
-    (values inside a fusion group) recomputed first, from what it keeps."""
+def _recomputed(built: Trace, eqns, materialized) -> list:
+    """The forward's equations the backward needs that the forward does not keep (values inside
+    a fusion group), in trace order: recomputed from what it keeps."""
     producer = {id(o): e for e in eqns for o in e.outs if o is not None}
     needed: set = set()
     stack = [v for v in _free_vars(built) if id(v) not in materialized and id(v) in producer]
@@ -409,8 +411,56 @@ def _with_recomputation(built: Trace, eqns, materialized) -> Trace:
             continue
         needed.add(id(e))
         stack.extend(v for v in e.input_vars() if id(v) not in materialized and id(v) in producer)
-    recomputed = [e for e in eqns if id(e) in needed]
-    return built.replace(eqns=tuple(recomputed) + built.eqns)
+    return [e for e in eqns if id(e) in needed]
+
+
+def _numel(v) -> int:
+    return math.prod(hint(s) for s in v.shape)
+
+
+def _per_row_values(built: Trace, recomputed: list) -> set:
+    """ids of the values to keep rather than recompute: the last values of reduced size
+    computed from a reduction (`rsqrt(mean(x * x) + eps)`: one per row) before they are
+    broadcast or combined with full-size values."""
+    size: dict = {}     # id(value of reduced size computed from a reduction) -> that size
+    for e in recomputed:
+        if e.prim in prims.REDUCTIONS:
+            bound = _numel(e.out)
+        else:
+            bound = min((size[id(v)] for v in e.input_vars() if id(v) in size), default=None)
+            if bound is None:
+                continue
+        size.update((id(o), bound) for o in e.outs
+                    if isinstance(o, TensorProxy) and _numel(o) <= bound)
+    kept = set()
+    for e in (*recomputed, *built.eqns):
+        if not all(id(o) in size for o in e.outs if o is not None):
+            kept.update(id(v) for v in e.input_vars() if id(v) in size)
+    return kept
+
+
+def _with_recomputation(built: Trace, eqns, materialized) -> Trace:
+    return built.replace(eqns=tuple(_recomputed(built, eqns, materialized)) + built.eqns)
+
+
+def _saving_reductions(built: Trace, eqns, fused: Trace, materialized: set, cctx) -> Trace:
+    """The forward with each reduction the backward would recompute (an RMSNorm's mean of
+    squares: a value per row) written by its kernel too, where its executor can add an output
+    (`with_outputs`): a reduction in the backward would be a kernel of its own wherever two
+    groups read it. Adds what it keeps to `materialized`."""
+    wanted = _per_row_values(built, _recomputed(built, eqns, materialized))
+    if not wanted:
+        return fused
+    rebuilt = []
+    for e in fused.eqns:
+        extra = [o for b in e.params.get("body", ()) for o in b.outs
+                 if o is not None and id(o) in wanted] if e.prim.kind == "fusion" else []
+        with_outputs = getattr(e.executor, "with_outputs", None)
+        if extra and with_outputs is not None:
+            e = with_outputs(e, extra, cctx)
+            materialized.update(id(o) for o in extra)
+        rebuilt.append(e)
+    return fused.replace(eqns=tuple(rebuilt))
 
 
 def _reaches(eqns, var, out_vars) -> frozenset:
