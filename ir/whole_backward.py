@@ -181,8 +181,11 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     out_vars, out_index = _outputs(traced)
     _refuse_views(eqns, out_vars, materialized)
     grad_inputs = _distinct(v for v in traced.input_vars() if needs_grad(v))
+    cut = _non_differentiable(eqns)
+    reaches = tuple(_reaches(eqns, v, out_vars, cut) for v in grad_inputs)
+    reached = frozenset().union(*reaches)
     name = f"{cctx.name}_backward"
-    built, grads, handles, host = _backward_trace(eqns, out_vars, grad_inputs, tctx, name)
+    built, grads, handles, host = _backward_trace(eqns, out_vars, grad_inputs, tctx, name, cut)
     fused = _saving_reductions(built, eqns, fused, materialized, cctx)
     built = _with_recomputation(built, eqns, materialized)
     grad_of = {id(g): k for k, g in grads.items()}
@@ -214,9 +217,9 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
         grad_inputs=tuple(_paths(traced.inputs)[id(v)] for v in grad_inputs),
         outputs=tuple(out_vars),
         non_differentiable=tuple(k for k, o in enumerate(out_vars) if isinstance(
-            o, TensorProxy) and not o.requires_grad),
+            o, TensorProxy) and k not in reached),
         grads_read=tuple(grad_of[id(v)] for v in read),
-        reaches=tuple(_reaches(eqns, v, out_vars) for v in grad_inputs),
+        reaches=reaches,
         rebuild=_rebuilder(traced, out_index),
         backward=autocast.disabled(compile_trace(traces[-1])))     # its casts are in the trace
     return forward, traces, host, plan
@@ -253,16 +256,19 @@ def _refuse_views(eqns, out_vars, materialized) -> None:
 
 
 def _returns_view(eqn) -> bool:
-    """Whether an opaque call returns a view of an argument (run on meta tensors)."""
+    """Whether an opaque call returns a view of an argument or the argument itself (run on
+    meta tensors)."""
     from ir.tracing import _to_meta
     flat, spec = pytree.tree_flatten((eqn.args, eqn.params["kwargs"]))
-    args, kwargs = pytree.tree_unflatten([_to_meta(x) for x in flat], spec)
+    meta = [_to_meta(x) for x in flat]
+    args, kwargs = pytree.tree_unflatten(meta, spec)
     try:
         result = eqn.params["fn"](*args, **kwargs)
     except Exception:     # noqa: BLE001  (it ran at tracing; assume the worst)
         return True
     results = result if isinstance(result, (tuple, list)) else (result,)
-    return any(isinstance(r, torch.Tensor) and r._base is not None for r in results)
+    return any(isinstance(r, torch.Tensor) and (r._base is not None or any(r is m for m in meta))
+               for r in results)
 
 
 def _paths(inputs) -> dict:
@@ -294,7 +300,7 @@ def _rebuilder(traced: Trace, out_index: dict):
     return rebuild
 
 
-def _backward_trace(eqns, out_vars, grad_inputs, tctx, name):
+def _backward_trace(eqns, out_vars, grad_inputs, tctx, name, cut):
     """The gradients of `grad_inputs` from the outputs' gradients, by the grad rules and one
     PyTorch vector-Jacobian product per opaque call: (trace, {output position: its gradient's
     Var}, {id(opaque eqn): Handle}, host equations the rules added)."""
@@ -309,7 +315,8 @@ def _backward_trace(eqns, out_vars, grad_inputs, tctx, name):
                     grads[k] = cts[id(o)] = TensorProxy(tctx.new_name("t"), o.shape, o.dtype,
                                                         o.device)
             for e in reversed(eqns):
-                out_cts = [None if o is None else cts.get(id(o)) for o in e.outs]
+                out_cts = [None if o is None or id(o) in cut else cts.get(id(o))
+                           for o in e.outs]
                 if all(c is None for c in out_cts) or not any(
                         needs_grad(v) for v in e.input_vars()):
                     continue
@@ -362,7 +369,7 @@ def _opaque_vjp(eqn, out_cts, handles, tctx):
 def _vjp(present, node, *cts):
     """The gradients of an opaque call's inputs from its outputs' (those at `present`)."""
     pairs = [(node.outputs[k], c) for k, c in zip(present, cts)
-             if node.outputs[k].grad_fn is not None]
+             if node.outputs[k].requires_grad]     # an input returned as it is, included
     grads = torch.autograd.grad([o for o, _ in pairs], node.inputs, [c for _, c in pairs],
                                 retain_graph=True, allow_unused=True) if pairs else \
         [None] * len(node.inputs)
@@ -463,13 +470,35 @@ def _saving_reductions(built: Trace, eqns, fused: Trace, materialized: set, cctx
     return fused.replace(eqns=tuple(rebuilt))
 
 
-def _reaches(eqns, var, out_vars) -> frozenset:
+def _non_differentiable(eqns) -> set:
+    """ids of the outputs of torch calls that autograd does not differentiate although an
+    input needs grad (`detach`, `argmax`), found by running each on meta tensors."""
+    from ir.tracing import _to_meta
+    cut = set()
+    for e in eqns:
+        if e.prim is not prims.opaque or not any(needs_grad(v) for v in e.input_vars()):
+            continue
+        flat, spec = pytree.tree_flatten((e.args, e.params["kwargs"]))
+        meta = [_to_meta(x).requires_grad_() if needs_grad(x) else _to_meta(x) for x in flat]
+        args, kwargs = pytree.tree_unflatten(meta, spec)
+        try:
+            with torch.enable_grad():
+                result = e.params["fn"](*args, **kwargs)
+        except Exception:     # noqa: BLE001  (as differentiable as the tracer says)
+            continue
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        cut.update(id(o) for o, r in zip(e.outs, results)
+                   if o is not None and isinstance(r, torch.Tensor) and not r.requires_grad)
+    return cut
+
+
+def _reaches(eqns, var, out_vars, cut) -> frozenset:
     """The output positions `var` is differentiable into: paths through values that need
-    grad (a comparison or an int cast cuts them)."""
+    grad (a comparison, an int cast or a `detach` cuts them)."""
     reached = {id(var)}
     for e in eqns:
         if any(id(v) in reached for v in e.input_vars() if needs_grad(v)):
-            reached.update(id(o) for o in e.outs if needs_grad(o))
+            reached.update(id(o) for o in e.outs if needs_grad(o) and id(o) not in cut)
     return frozenset(k for k, o in enumerate(out_vars) if id(o) in reached)
 
 

@@ -934,7 +934,8 @@ def build_matmul(draw, pool):
 
 def build_refused(draw, pool):
     """An op without a grad rule, which torch runs as an opaque call: a cumulative sum (divided
-    by its length to keep the bound), a flip or a roll along a dim."""
+    by its length to keep the bound), a flip or a roll along a dim, or a dropout of p=0, which
+    returns its input itself."""
     a = choose(draw, pool, lambda v: v.kind == "float" and v.rank >= 1)
     if a is None:
         return None
@@ -942,7 +943,8 @@ def build_refused(draw, pool):
     size = max(a.shape[dim], 1)
     expr = draw(st.sampled_from([f"torch.cumsum({a.name}, {dim}) / {size}",
                                  f"torch.flip({a.name}, ({dim},))",
-                                 f"torch.roll({a.name}, 1, {dim})"]))
+                                 f"torch.roll({a.name}, 1, {dim})",
+                                 f"F.dropout({a.name}, 0.0, True)"]))
     return Step(expr, [a], a.mag, keeps_exact=expr.startswith("torch.cumsum") is False)
 
 
