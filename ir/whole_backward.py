@@ -170,7 +170,10 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     derived from `traced` (the same computation before them); raises Refused.
 
     lower(trace, cctx) -> the traces of the passes and executors (the last is what runs)."""
-    eqns = [e for e in traced.eqns]
+    if not any(e.prim.kind == "fusion" for e in fused.eqns):
+        raise Refused("nothing fused: eager autograd records the torch calls (double backward "
+                      "included)")
+    eqns = list(traced.eqns)
     materialized = {id(v) for v in traced.input_vars()}
     materialized.update(id(o) for e in fused.eqns for o in e.outs if o is not None)
     for e in eqns:

@@ -163,3 +163,15 @@ def test_the_small_gpt_backward_has_fewer_kernels_and_no_accumulation_add(monkey
     assert whole["backward"][0] < per_group["backward"][0]
     assert sum(map(len, (whole["backward"][1],))) + whole["backward"][0] < \
         len(per_group["backward"][1]) + per_group["backward"][0]
+
+
+def test_the_torch_executor_keeps_eager_autograd_and_double_backward():
+    def f(x):
+        return torch.sin(x @ x) * 2
+
+    jfn = ir.jit(f, executors=["torch"])
+    x = torch.randn(3, 3, requires_grad=True)
+    (g,) = torch.autograd.grad(jfn(x).sum(), x, create_graph=True)
+    (e,) = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(torch.autograd.grad(g.sum(), x), torch.autograd.grad(e.sum(), x))
+    assert "nothing fused" in backward_of(jfn)
