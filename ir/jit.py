@@ -21,7 +21,7 @@ import torch
 
 from torch.utils import _pytree as pytree
 
-from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
+from ir import (autocast, containers, diagnostics, grad_regions, module_attributes,
                 module_calls, module_state, modules, passes, prims, recompiles, transforms,
                 whole_backward, write_back)
 from ir.containers import Keywords
@@ -551,21 +551,10 @@ class JitFunction:
             nonlocal backward, backward_host
             if not checks_requires_grad:
                 return fused
-            lower = lambda t, c: self.lower(t, c)[1:]   # noqa: E731
-            reason = whole_backward.refusal(before, ctx, grad_mode, final_grad_mode)
-            if reason is None:
-                try:
-                    fused, traces, backward_host, plan = whole_backward.build(
-                        before, fused, ctx, cctx, lower)
-                    backward = {traces[-1].name: traces}
-                    whole.append(plan)
-                    cctx.extra["whole_backward"] = plan
-                    cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
-                    return fused
-                except whole_backward.Refused as why:
-                    reason = str(why)
-            cctx.extra["backward"] = f"per fusion group ({reason})"
-            fused, backward, backward_host = autodiff.differentiate(fused, ctx, cctx, lower)
+            fused, backward, backward_host, plan = whole_backward.differentiate(
+                before, fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:], compile_trace,
+                (grad_mode, final_grad_mode))
+            whole.extend([plan] if plan is not None else [])
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]

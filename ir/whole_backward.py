@@ -30,11 +30,12 @@ import os
 import torch
 from torch.utils import _pytree as pytree
 
-from ir import autocast, prims
+from ir import autocast, autodiff, prims
+from ir.autodiff import DoubleBackwardError
 from ir.grad_rules import GRAD_RULES, emit, needs_grad
 from ir.proxies import ScalarProxy, TensorProxy, Var, hint
 from ir.trace import Trace, iter_vars, map_vars
-from ir.tracing import TraceContext, new_tensor, record, tracing
+from ir.tracing import TraceContext, _to_meta, new_tensor, record, tracing
 from ir.transforms import per_sample
 
 VIEW_PRIMS = ("reshape", "slice", "permute", "broadcast_in_dim")
@@ -110,7 +111,6 @@ class _WholeFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        from ir.autodiff import DoubleBackwardError
         plan = ctx.plan
         if torch.is_grad_enabled():
             raise DoubleBackwardError(
@@ -164,25 +164,36 @@ def refusal(traced: Trace, tctx: TraceContext, grad_mode: bool,
     return None
 
 
-def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
+def differentiate(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, compile_trace,
+                  grad_modes):
+    """(forward trace, {name: backward traces}, host equations the backward added, the Plan or
+    None): one backward for the whole trace, else (`ir.explain` says why) a differentiable
+    unit per fusion group (`ir.autodiff`). grad_modes: (the call's, the one fn leaves set)."""
+    reason = refusal(traced, tctx, *grad_modes)
+    if reason is None:
+        try:
+            forward, traces, host, plan = build(traced, fused, tctx, cctx, lower, compile_trace)
+            cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
+            cctx.extra["whole_backward"] = plan
+            return forward, {traces[-1].name: traces}, host, plan
+        except Refused as why:
+            reason = str(why)
+    cctx.extra["backward"] = f"per fusion group ({reason})"
+    return (*autodiff.differentiate(fused, tctx, cctx, lower), None)
+
+
+def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, compile_trace):
     """(forward trace, backward traces, host equations the backward added, plan) for one
     autograd Function running `fused` (the forward after the fusion passes) and a backward
     derived from `traced` (the same computation before them); raises Refused.
 
-    lower(trace, cctx) -> the traces of the passes and executors (the last is what runs)."""
-    if not any(e.prim.kind == "fusion" for e in fused.eqns):
-        raise Refused("nothing fused: eager autograd records the torch calls (double backward "
-                      "included)")
+    lower(trace, cctx) -> the traces of the passes and executors (the last is what runs);
+    compile_trace(trace) -> the Python function of an executed trace."""
     eqns = list(traced.eqns)
     materialized = {id(v) for v in traced.input_vars()}
     materialized.update(id(o) for e in fused.eqns for o in e.outs if o is not None)
-    for e in eqns:
-        if e.prim is prims.opaque and (not e.params["fn_name"].startswith("torch.")
-                                       or "module_call" in e.params):
-            raise Refused(f"it calls {e.params['fn_name']}, not a torch function (its closure "
-                          "may hold tensors that need grad, which are not inputs)")
     out_vars, out_index = _outputs(traced)
-    _refuse_views(eqns, out_vars, materialized)
+    _refuse(eqns, fused, out_vars, materialized)
     grad_inputs = _distinct(v for v in traced.input_vars() if needs_grad(v))
     cut = _non_differentiable(eqns)
     reaches = tuple(_reaches(eqns, v, out_vars, cut) for v in grad_inputs)
@@ -192,22 +203,9 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     fused = _saving_reductions(built, eqns, fused, materialized, cctx)
     built = _with_recomputation(built, eqns, materialized)
     grad_of = {id(g): k for k, g in grads.items()}
-    unknown = [v.name for v in _free_vars(built) if isinstance(v, TensorProxy)
-               and id(v) not in grad_of and id(v) not in materialized]
-    if unknown:
-        raise Refused(f"the backward reads {', '.join(unknown)}, which the forward does not keep")
-    bctx = dataclasses.replace(cctx, name=name, direction="backward")
-    traces = lower(built, bctx)
-    free = _free_vars(traces[-1])
-    handle_ids = {id(h) for h in handles.values()}
-    saved = [v for v in free if isinstance(v, TensorProxy) and id(v) not in grad_of]
-    assert all(id(v) in materialized for v in saved), f"{name} reads {saved}"
-    scalars = [v for v in free if isinstance(v, ScalarProxy)]
-    used_handles = [v for v in free if id(v) in handle_ids]
-    read = [v for v in free if id(v) in grad_of]
-    inputs = tuple((v.name, v) for v in saved + scalars + used_handles + read)
-    traces = [t.replace(inputs=inputs) for t in [built] + traces]
-    from ir.jit import compile_trace      # the jit imports this module
+    traces, (saved, scalars, used_handles, read) = _lowered(
+        built, grad_of, {id(h) for h in handles.values()}, materialized,
+        dataclasses.replace(cctx, name=name, direction="backward"), lower)
     used = {id(h) for h in used_handles}
     forward = _recording(fused, {id(o): h for e in eqns if id(e) in handles and
                                  id(h := handles[id(e)]) in used for o in e.outs if o is not None})
@@ -226,6 +224,36 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
         rebuild=_rebuilder(traced, out_index),
         backward=autocast.disabled(compile_trace(traces[-1])))     # its casts are in the trace
     return forward, traces, host, plan
+
+
+def _refuse(eqns, fused: Trace, out_vars, materialized) -> None:
+    """Raises Refused where one Function would not be sound or would gain nothing."""
+    if not any(e.prim.kind == "fusion" for e in fused.eqns):
+        raise Refused("nothing fused: eager autograd records the torch calls (double backward "
+                      "included)")
+    for e in eqns:
+        if e.prim is prims.opaque and (not e.params["fn_name"].startswith("torch.")
+                                       or "module_call" in e.params):
+            raise Refused(f"it calls {e.params['fn_name']}, not a torch function (its closure "
+                          "may hold tensors that need grad, which are not inputs)")
+    _refuse_views(eqns, out_vars, materialized)
+
+
+def _lowered(built: Trace, grad_of: dict, handle_ids: set, materialized: set, bctx, lower):
+    """(the backward's traces through the passes and executors, each taking what the executed
+    one reads, and those reads: (saved tensors, sizes, handles, output gradients))."""
+    unknown = [v.name for v in _free_vars(built) if isinstance(v, TensorProxy)
+               and id(v) not in grad_of and id(v) not in materialized]
+    if unknown:
+        raise Refused(f"the backward reads {', '.join(unknown)}, which the forward does not keep")
+    traces = lower(built, bctx)
+    free = _free_vars(traces[-1])
+    saved = [v for v in free if isinstance(v, TensorProxy) and id(v) not in grad_of]
+    assert all(id(v) in materialized for v in saved), f"{bctx.name} reads {saved}"
+    reads = (saved, [v for v in free if isinstance(v, ScalarProxy)],
+             [v for v in free if id(v) in handle_ids], [v for v in free if id(v) in grad_of])
+    inputs = tuple((v.name, v) for v in sum(reads, []))
+    return [t.replace(inputs=inputs) for t in [built] + traces], reads
 
 
 def _distinct(vs) -> list:
@@ -261,7 +289,6 @@ def _refuse_views(eqns, out_vars, materialized) -> None:
 def _returns_view(eqn) -> bool:
     """Whether an opaque call returns a view of an argument or the argument itself (run on
     meta tensors)."""
-    from ir.tracing import _to_meta
     flat, spec = pytree.tree_flatten((eqn.args, eqn.params["kwargs"]))
     meta = [_to_meta(x) for x in flat]
     args, kwargs = pytree.tree_unflatten(meta, spec)
@@ -476,7 +503,6 @@ def _saving_reductions(built: Trace, eqns, fused: Trace, materialized: set, cctx
 def _non_differentiable(eqns) -> set:
     """ids of the outputs of torch calls that autograd does not differentiate although an
     input needs grad (`detach`, `argmax`), found by running each on meta tensors."""
-    from ir.tracing import _to_meta
     cut = set()
     for e in eqns:
         if e.prim is not prims.opaque or not any(needs_grad(v) for v in e.input_vars()):
@@ -519,4 +545,4 @@ def _free_vars(trace: Trace) -> list:
     return list(free.values())
 
 
-__all__ = ["build", "refusal", "enabled", "Plan", "Refused", "Handle"]
+__all__ = ["differentiate", "build", "refusal", "enabled", "Plan", "Refused", "Handle"]

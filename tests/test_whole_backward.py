@@ -42,8 +42,10 @@ def kernel_counts():
 def test_programs_with_opaque_calls_train_as_eager(program, data, mode):
     jfn = check_training(program, data, mode)
     how = backward_of(jfn)
-    # the only refusal a program of these ops may meet: it returns a view
-    assert how.startswith(WHOLE) or how.endswith(("a view)", "no input needs grad)")), how
+    # the only refusals a program of these ops may meet: it returns a view, or there is nothing
+    # to fuse or to differentiate
+    assert how.startswith(WHOLE) or any(
+        reason in how for reason in ("a view)", "no input needs grad", "nothing fused")), how
 
 
 def mlp(x, w1, w2, w3, b):
