@@ -1,4 +1,5 @@
-"""What the jit does with a call, in words: `ir.explain`, and the warnings about fallbacks.
+"""What the jit does with a call, in words: `ir.explain` (`ir.jit.explain` builds it with
+`explanation`), and the warnings about fallbacks.
 
 `ir.explain(jfn, *args, **kwargs)` traces `jfn` on the arguments and builds the cache entry they
 would get, running and timing no kernel, and returns an `Explanation`: each fusion group with its
@@ -12,7 +13,7 @@ for the whole trace (`ir.whole_backward`) or one per fusion group, and why; the 
 Compiling an entry reports the same fallbacks (`report_fallbacks`): a warning once per function
 for a named executor that runs nothing at all, with the reason, and one INFO record on the
 `ir.fallbacks` logger per op left to torch. In symbolic mode, an op without a symbolic shape
-rule (`ir.shape_rules`) specializes the sizes of its arguments: one INFO record on the
+rule (`ir.ops.opaque`) specializes the sizes of its arguments: one INFO record on the
 `ir.recompiles` logger per such op names it and the sizes (`report_unruled_ops`).
 """
 from __future__ import annotations
@@ -27,8 +28,8 @@ from ir.executors import torch_executor
 from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
 from ir.recompiles import log as recompile_log, size_origins
+from ir.recording import NO_RULE
 from ir.trace import iter_vars, render
-from ir.tracing import NO_RULE
 
 log = logging.getLogger("ir.fallbacks")
 
@@ -177,15 +178,6 @@ def explanation(jfn, entry) -> Explanation:
             entry.extra.get("module_attributes", {}), jfn.module),
         prologue=str(entry.prologue),
         trace=str(trace), backward=entry.extra.get("backward", ""))
-
-
-def explain(jfn, *args, **kwargs) -> Explanation:
-    """Traces `jfn` (a function returned by `ir.jit`) on these arguments and builds the entry
-    they would get, without running or timing a kernel and without caching it; returns what
-    fuses, what is left to torch and why, what symbolic mode specialized, and the guards."""
-    from ir.jit import _jitted
-    jfn = _jitted(jfn)
-    return explanation(jfn, jfn.compile_for_explain(jfn.bind(args, kwargs)))
 
 
 def _summary(reasons) -> str:

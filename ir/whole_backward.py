@@ -32,10 +32,13 @@ from torch.utils import _pytree as pytree
 
 from ir import autocast, autodiff, prims
 from ir.autodiff import DoubleBackwardError
-from ir.grad_rules import GRAD_RULES, emit, needs_grad
+from ir.executors import compile_trace
+from ir.ops.registry import GRAD_RULES
+from ir.ops.vjp import emit, needs_grad
 from ir.proxies import ScalarProxy, TensorProxy, Var, hint
+from ir.recording import _to_meta, new_tensor, record
 from ir.trace import Trace, iter_vars, map_vars
-from ir.tracing import TraceContext, _to_meta, new_tensor, record, tracing
+from ir.tracing import TraceContext, tracing
 from ir.transforms import per_sample
 
 VIEW_PRIMS = ("reshape", "slice", "permute", "broadcast_in_dim")
@@ -164,15 +167,14 @@ def refusal(traced: Trace, tctx: TraceContext, grad_mode: bool,
     return None
 
 
-def differentiate(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, compile_trace,
-                  grad_modes):
+def differentiate(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, grad_modes):
     """(forward trace, {name: backward traces}, host equations the backward added, the Plan or
     None): one backward for the whole trace, else (`ir.explain` says why) a differentiable
     unit per fusion group (`ir.autodiff`). grad_modes: (the call's, the one fn leaves set)."""
     reason = refusal(traced, tctx, *grad_modes)
     if reason is None:
         try:
-            forward, traces, host, plan = build(traced, fused, tctx, cctx, lower, compile_trace)
+            forward, traces, host, plan = build(traced, fused, tctx, cctx, lower)
             cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
             cctx.extra["whole_backward"] = plan
             return forward, {traces[-1].name: traces}, host, plan
@@ -182,13 +184,12 @@ def differentiate(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, 
     return (*autodiff.differentiate(fused, tctx, cctx, lower), None)
 
 
-def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, compile_trace):
+def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     """(forward trace, backward traces, host equations the backward added, plan) for one
     autograd Function running `fused` (the forward after the fusion passes) and a backward
     derived from `traced` (the same computation before them); raises Refused.
 
-    lower(trace, cctx) -> the traces of the passes and executors (the last is what runs);
-    compile_trace(trace) -> the Python function of an executed trace."""
+    lower(trace, cctx) -> the traces of the passes and executors (the last is what runs)."""
     eqns = list(traced.eqns)
     materialized = {id(v) for v in traced.input_vars()}
     materialized.update(id(o) for e in fused.eqns for o in e.outs if o is not None)
