@@ -75,7 +75,6 @@ class Plan:
 
     name: str
     grad_inputs: tuple          # paths (into the trace's arguments) of the inputs getting grads
-    outputs: tuple              # the distinct output Vars the Function returns
     non_differentiable: tuple   # positions of outputs autograd must not differentiate
     grads_read: tuple           # output positions whose gradients the backward reads
     reaches: tuple              # per grad input: the output positions it reaches
@@ -123,15 +122,10 @@ class _WholeFunction(torch.autograd.Function):
         present = {k for k, g in enumerate(grads) if g is not None}
         if not present:
             return (None, None, *[None] * len(plan.grad_inputs))
-        saved = ctx.saved_tensors[:ctx.n_saved]
-        if ctx.handles is None:
-            raise RuntimeError(f"ir.jit: the graph of {plan.name} was freed by a backward "
-                               "without retain_graph=True: specify retain_graph=True the first "
-                               "time to backward through it again")
-        read = [grads[k] if k in present else torch.zeros(*ctx.outputs[k][:1],
-                                                          dtype=ctx.outputs[k][1],
-                                                          device=ctx.outputs[k][2])
-                for k in plan.grads_read]
+        saved = ctx.saved_tensors[:ctx.n_saved]    # eager's error after the graph was freed
+        read = [grads[k] if k in present else torch.zeros(
+            ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
+            for k in plan.grads_read]
         results = per_sample(plan.backward, *saved, *ctx.scalars, *ctx.handles, *read)
         if ctx.handles:
             torch.autograd.Variable._execution_engine.queue_callback(
@@ -194,7 +188,7 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     materialized = {id(v) for v in traced.input_vars()}
     materialized.update(id(o) for e in fused.eqns for o in e.outs if o is not None)
     out_vars, out_index = _outputs(traced)
-    _refuse(eqns, fused, out_vars, materialized)
+    _refuse(eqns, fused, out_vars)
     grad_inputs = _distinct(v for v in traced.input_vars() if needs_grad(v))
     cut = _non_differentiable(eqns)
     reaches = tuple(_reaches(eqns, v, out_vars, cut) for v in grad_inputs)
@@ -217,7 +211,6 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     plan = Plan(
         name=traced.name,
         grad_inputs=tuple(_paths(traced.inputs)[id(v)] for v in grad_inputs),
-        outputs=tuple(out_vars),
         non_differentiable=tuple(k for k, o in enumerate(out_vars) if isinstance(
             o, TensorProxy) and k not in reached),
         grads_read=tuple(grad_of[id(v)] for v in read),
@@ -227,7 +220,7 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     return forward, traces, host, plan
 
 
-def _refuse(eqns, fused: Trace, out_vars, materialized) -> None:
+def _refuse(eqns, fused: Trace, out_vars) -> None:
     """Raises Refused where one Function would not be sound or would gain nothing."""
     if not any(e.prim.kind == "fusion" for e in fused.eqns):
         raise Refused("nothing fused: eager autograd records the torch calls (double backward "
@@ -237,7 +230,8 @@ def _refuse(eqns, fused: Trace, out_vars, materialized) -> None:
                                        or "module_call" in e.params):
             raise Refused(f"it calls {e.params['fn_name']}, not a torch function (its closure "
                           "may hold tensors that need grad, which are not inputs)")
-    _refuse_views(eqns, out_vars, materialized)
+    kernels_write = {id(o) for e in fused.eqns if e.prim.kind == "fusion" for o in e.outs}
+    _refuse_views(eqns, out_vars, kernels_write)
 
 
 def _lowered(built: Trace, grad_of: dict, handle_ids: set, materialized: set, bctx, lower):
@@ -274,15 +268,16 @@ def _outputs(traced: Trace):
     return out_vars, {id(v): k for k, v in enumerate(out_vars)}
 
 
-def _refuse_views(eqns, out_vars, materialized) -> None:
-    """Refuses a trace returning a view: eager lets one write through it in place afterwards,
-    which autograd forbids on a view a custom Function returns."""
+def _refuse_views(eqns, out_vars, kernels_write) -> None:
+    """Refuses a trace returning a view (torch's, not a kernel's copy): eager lets one write
+    through it in place afterwards, which autograd forbids on a view a custom Function
+    returns."""
     producer = {id(o): e for e in eqns for o in e.outs if o is not None}
     for v in out_vars:
         e = producer.get(id(v))
         if e is None or not isinstance(v, TensorProxy):
             continue
-        if e.prim.name in VIEW_PRIMS and id(v) in materialized or (
+        if e.prim.name in VIEW_PRIMS and id(v) not in kernels_write or (
                 e.prim is prims.opaque and _returns_view(e)):
             raise Refused(f"it returns {v.name}, a view")
 
