@@ -195,12 +195,22 @@ def build(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower):
     reached = frozenset().union(*reaches)
     name = f"{cctx.name}_backward"
     built, grads, handles, host = _backward_trace(eqns, out_vars, grad_inputs, tctx, name, cut)
-    fused = _saving_reductions(built, eqns, fused, materialized, cctx)
-    built = _with_recomputation(built, eqns, materialized)
+    fused = _saving(_per_row_values(built, _recomputed(built, eqns, materialized)), fused,
+                    materialized, cctx)
     grad_of = {id(g): k for k, g in grads.items()}
-    traces, (saved, scalars, used_handles, read) = _lowered(
-        built, grad_of, {id(h) for h in handles.values()}, materialized,
-        dataclasses.replace(cctx, name=name, direction="backward"), lower)
+
+    def lowered():
+        return _lowered(_with_recomputation(built, eqns, materialized), grad_of,
+                        {id(h) for h in handles.values()}, materialized,
+                        dataclasses.replace(cctx, name=name, direction="backward"), lower)
+    mark = _mark(cctx)
+    traces, reads = lowered()
+    kept = _recomputing_kernels(traces[-1], _recomputed(built, eqns, materialized))
+    if kept:    # values a backward kernel of its own would recompute: the forward writes them
+        _roll_back(cctx, mark)
+        fused = _saving(kept, fused, materialized, cctx)
+        traces, reads = lowered()
+    saved, scalars, used_handles, read = reads
     used = {id(h) for h in used_handles}
     forward = _recording(fused, {id(o): h for e in eqns if id(e) in handles and
                                  id(h := handles[id(e)]) in used for o in e.outs if o is not None})
@@ -473,15 +483,36 @@ def _per_row_values(built: Trace, recomputed: list) -> set:
 
 
 def _with_recomputation(built: Trace, eqns, materialized) -> Trace:
+    """The backward with the forward's values it needs recomputed first."""
     return built.replace(eqns=tuple(_recomputed(built, eqns, materialized)) + built.eqns)
 
 
-def _saving_reductions(built: Trace, eqns, fused: Trace, materialized: set, cctx) -> Trace:
-    """The forward with each reduction the backward would recompute (an RMSNorm's mean of
-    squares: a value per row) written by its kernel too, where its executor can add an output
-    (`with_outputs`): a reduction in the backward would be a kernel of its own wherever two
-    groups read it. Adds what it keeps to `materialized`."""
-    wanted = _per_row_values(built, _recomputed(built, eqns, materialized))
+def _recomputing_kernels(executed: Trace, recomputed: list) -> set:
+    """ids of the values computed by backward kernels that only recompute forward values (a
+    residual sum `x + attn` that two groups of the backward read)."""
+    forward = {id(o) for e in recomputed for o in e.outs if o is not None}
+    return {id(o) for e in executed.eqns if e.prim.kind == "fusion"
+            and all(id(o) in forward for b in e.params["body"] for o in b.outs if o is not None)
+            for o in e.outs if o is not None}
+
+
+def _mark(cctx):
+    """What a lowering adds to the compile context (guards, executors' records) starts here."""
+    return len(cctx.guards), {k: len(v) for k, v in cctx.extra.items() if isinstance(v, list)}
+
+
+def _roll_back(cctx, mark) -> None:
+    """Drops what a lowering added to the compile context after `mark`."""
+    guards, lists = mark
+    del cctx.guards[guards:]
+    for key, n in lists.items():
+        del cctx.extra[key][n:]
+
+
+def _saving(wanted: set, fused: Trace, materialized: set, cctx) -> Trace:
+    """The forward with the values of `wanted` that a fusion group computes written by its
+    kernel too, where its executor can add an output (`with_outputs`); adds them to
+    `materialized`."""
     if not wanted:
         return fused
     rebuilt = []
