@@ -1,4 +1,5 @@
-"""Training: a differentiable unit per fusion group.
+"""Training: a differentiable unit per fusion group, where one backward for the whole trace
+(`ir.whole_backward`) is not used (it says why).
 
 In grad mode, each fusion call whose inputs need grad (`t3 = rope_fusion_0(x, cos, sin)`) becomes
 a call of a `DifferentiableUnit`, a `torch.autograd.Function` whose forward runs the fused kernel

@@ -6,7 +6,8 @@ would get, running and timing no kernel, and returns an `Explanation`: each fusi
 ops and kernel name; every op left to torch with each named executor's reason (kinds: "not
 fusible", "dtype not fused", "needs grad", "device not claimed", "checker refused", "view"); every
 size symbolic mode specialized and the op or source line that forced it; the submodules called
-as opaque calls in eager, and why (`ir.module_calls`); the entry's guards.
+as opaque calls in eager, and why (`ir.module_calls`); in grad mode, whether the backward is one
+for the whole trace (`ir.whole_backward`) or one per fusion group, and why; the entry's guards.
 `str()` is the text, `.as_dict()` the same data for tools.
 
 Compiling an entry reports the same fallbacks (`report_fallbacks`): a warning once per function
@@ -47,6 +48,7 @@ class Explanation:
     guards: list                # one line per check of the entry's prologue
     prologue: str
     trace: str                  # the computation that would run
+    backward: str = ""          # in grad mode: one backward for the whole trace, or why not
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,6 +78,8 @@ class Explanation:
             lines += ["", f"Sizes specialized ({len(self.specialized)}):"]
             lines += [f"  {s['of']} = {s['value']} ({s['size']}): {s['cause']}"
                       for s in self.specialized] or ["  none"]
+        if self.backward:
+            lines += ["", f"Backward: {self.backward}"]
         lines += ["", f"Guards of the entry ({len(self.guards)}):"]
         lines += [f"  {g}" for g in self.guards]
         return "\n".join(lines)
@@ -173,7 +177,7 @@ def explanation(jfn, entry) -> Explanation:
         guards=guard_lines(entry) + module_attributes.describe(
             entry.extra.get("module_attributes", {}), jfn.module),
         prologue=str(entry.prologue),
-        trace=str(trace))
+        trace=str(trace), backward=entry.extra.get("backward", ""))
 
 
 def _summary(reasons) -> str:

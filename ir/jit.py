@@ -18,8 +18,9 @@ import weakref
 
 import torch
 
-from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
-                module_calls, module_state, modules, passes, recompiles, transforms, write_back)
+from ir import (autocast, containers, diagnostics, grad_regions, module_attributes,
+                module_calls, module_state, modules, passes, recompiles, transforms,
+                whole_backward, write_back)
 from ir.cache_keys import UnsupportedArgument, arg_key
 from ir.captures import _reader, _taking_arguments, _trace_arguments, capture_sources
 from ir.containers import Keywords
@@ -426,17 +427,16 @@ class JitFunction:
         write_back.refuse_shared_written_inputs(ctx, values)
         cctx = CompileContext(values, ctx.symbolic, list(ctx.guards.values()), name=self.name,
                               explaining=explaining)
-        backward, backward_host = {}, []
-
-        def differentiate(fused):       # in grad mode, fusion groups become differentiable
-            nonlocal backward, backward_host
-            if not checks_requires_grad:
-                return fused
-            fused, backward, backward_host = autodiff.differentiate(
-                fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:])
+        found = {}      # in grad mode: {name: backward traces}, their host equations, the plan
+        def differentiate(fused, before):   # one backward for the trace, or one per group
+            if checks_requires_grad:
+                fused, *found["backward"] = whole_backward.differentiate(
+                    before, fused, ctx, cctx, lambda t, c: self.lower(t, c)[1:],
+                    (grad_mode, call.final_grad_mode))
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
+        backward, backward_host, plan = found.get("backward", ({}, [], None))
         traces[-1] = grad_regions.regions(traces[-1], grad_mode, call.final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
@@ -445,6 +445,8 @@ class JitFunction:
         prologue = write_back.guarded_apart(prologue, ctx.mutations.written_inputs,
                                             lambda args: _paired_values(inputs, args))
         computation = compile_trace(traces[-1])
+        if plan is not None:    # the computation as one autograd Function (`ir.whole_backward`)
+            plan.forward, computation = computation, plan
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)
         if call.rebindings is not None:
@@ -488,7 +490,7 @@ class JitFunction:
                 trace = fused
                 traces.append(trace)
         if differentiate is not None:
-            changed = differentiate(trace)
+            changed = differentiate(trace, traces[1])
             if changed is not trace:
                 trace = changed
                 traces.append(trace)

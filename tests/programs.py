@@ -819,7 +819,7 @@ def programs(draw, max_ops: int = 6, min_ops: int = 1,
     only where op_names asks for it. base_shapes: the strategy of the first input's shape
     (default `shapes()`). With regions, steps run inside autocast and grad-mode blocks
     (`REGIONS`) and matmuls join the ops (see `region_stacks`)."""
-    builders = [OPS[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
+    builders = [{**OPS, **OPAQUE_OPS}[name] for name in sorted(op_names or set(OPS) - {"in_place"})]
     builders += list(REGION_OPS.values()) * REGION_OP_WEIGHT if regions else []
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     main_dtype = draw(st.sampled_from(list(main_dtypes)))
@@ -932,7 +932,25 @@ def build_matmul(draw, pool):
     return Step(expr, [a, b or a], a.mag * (b or a).mag, keeps_exact=False)
 
 
+def build_refused(draw, pool):
+    """An op without a grad rule, which torch runs as an opaque call: a cumulative sum (divided
+    by its length to keep the bound), a flip or a roll along a dim, or a dropout of p=0, which
+    returns its input itself."""
+    a = choose(draw, pool, lambda v: v.kind == "float" and v.rank >= 1)
+    if a is None:
+        return None
+    dim = draw_dim(draw, a.rank)
+    size = max(a.shape[dim], 1)
+    expr = draw(st.sampled_from([f"torch.cumsum({a.name}, {dim}) / {size}",
+                                 f"torch.flip({a.name}, ({dim},))",
+                                 f"torch.roll({a.name}, 1, {dim})",
+                                 f"F.dropout({a.name}, 0.0, True)"]))
+    return Step(expr, [a], a.mag, keeps_exact=expr.startswith("torch.cumsum") is False)
+
+
 REGION_OPS = {"matmul": build_matmul}
+# ops drawn only where op_names names them: opaque calls with their own backward on PyTorch
+OPAQUE_OPS = {"matmul": build_matmul, "refused": build_refused}
 REGION_OP_WEIGHT = 3   # each is drawn as often as three other ops: autocast's main business
 
 

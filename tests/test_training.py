@@ -193,6 +193,9 @@ def test_a_training_loop_matches_eager(mode):
                     if "unit" in eqn.params:
                         unit = eqn.params["unit"]
                         unit.backward = _counted(unit.backward, backward_calls)
+                whole = ir.last_entry(jblock).extra.get("whole_backward")
+                if whole is not None:
+                    whole.backward = _counted(whole.backward, backward_calls)
             loss.backward()
             opt.step()
             losses.append(loss.item())

@@ -86,6 +86,7 @@ def check_training(program, data, mode):
     for traces in ir.last_backward_traces(jfn).values():
         for trace in traces:
             compile(str(trace), "<backward trace>", "exec")
+    return jfn
 
 
 @pytest.mark.parametrize("mode", ["constant values", "symbolic values"])

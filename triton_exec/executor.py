@@ -177,13 +177,29 @@ class TritonExecutor(ir.Executor):
                              provenance=f"Fusion by the {self.name} executor")
 
     def _fuse(self, trace, group, groups, ctx, number):
-        start = time.perf_counter()
-        name = f"{ctx.name}_fusion_{number}"
         body = [trace.eqns[i] for i in group]
+        return self._build(f"{ctx.name}_fusion_{number}", body,
+                           fusion.group_inputs(trace, group),
+                           fusion.group_outputs(trace, group, groups), ctx)
+
+    def with_outputs(self, eqn, extra, ctx):
+        """The fusion call `eqn` rebuilt so that its kernel also writes `extra` (values its
+        group computes: what a whole-trace backward saves rather than recomputes, see
+        `ir.whole_backward`); its kernel record replaces the old one."""
+        body = list(eqn.params["body"])
+        known = {id(o) for o in eqn.outs}
+        # the first output keeps deciding the kernel's domain
+        outputs = [*eqn.outs, *[o for o in extra if id(o) not in known]]
+        inputs = fusion.group_inputs(ir.Trace("group", (), tuple(body), ()), range(len(body)))
+        new, record = self._build(eqn.prim.name, body, inputs, outputs, ctx)
+        records = ctx.extra["triton"]
+        records[next(i for i, r in enumerate(records) if r.name == record.name)] = record
+        return new
+
+    def _build(self, name, body, inputs, outputs, ctx):
+        start = time.perf_counter()
         root = body[-1]
         values = dict(ctx.values)
-        inputs = fusion.group_inputs(trace, group)
-        outputs = fusion.group_outputs(trace, group, groups)
         lowered = lower_group(f"{name}_kernel", body, outputs, inputs, values, self.vectorize)
         for g in lowered.guards:
             ctx.add_guard(g)
