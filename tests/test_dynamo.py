@@ -147,6 +147,16 @@ def test_bf16_weights_forward_and_backward(name):
     assert_ran_on_triton(backend, "backward")
 
 
+def test_through_ir_jit_the_kv_cache_output_points_to_torch_compile():
+    """ir.jit cannot return transformers' DynamicCache (not a pytree of tensors): the error names
+    the output's path and the torch.compile backend, which handles it."""
+    model = build("llama").eval()
+    with torch.no_grad(), pytest.raises(
+            TypeError, match=r"out\['past_key_values'\] is a DynamicCache(.|\n)*"
+                             r"torch\.compile\(model, backend=\"triton_exec\"\)"):
+        ir.jit(model)(tokens())
+
+
 def test_the_project_gpt_trains_like_eager():
     model = GPT(GPTConfig(n_layer=1))
     idx, targets = gpt_batch(model.config, B=2, T=16)
