@@ -309,33 +309,6 @@ def test_a_no_grad_block_inside_the_graph_computes_no_gradient():
     assert_ran_on_triton(backend, "backward")
 
 
-@pytest.mark.parametrize("block", ["enable_grad", "autocast"])
-def test_grad_enabling_and_autocast_blocks_run_on_pytorch(block):
-    def fn(x):
-        with (torch.enable_grad() if block == "enable_grad" else
-              torch.autocast("cpu", dtype=torch.bfloat16)):
-            y = x * 2
-        return y + 1
-
-    x = torch.randn(4, 8, requires_grad=True)
-    backend = Backend()
-    with torch.no_grad() if block == "enable_grad" else torch.enable_grad():
-        with pytest.warns(UserWarning, match="runs on PyTorch: NotImplementedError"):
-            got = torch.compile(fn, backend=backend)(x)
-        expected = fn(x)
-    torch.testing.assert_close(got, expected)
-    assert got.requires_grad == expected.requires_grad
-
-
-def test_a_graph_the_tracer_refuses_runs_on_pytorch_with_a_warning():
-    backend = Backend()
-    z = torch.randn(4, 8, dtype=torch.complex64)
-    with pytest.warns(UserWarning, match="runs on PyTorch: .*complex64"):
-        got = torch.compile(lambda z: z * 2 + 1, backend=backend)(z)
-    torch.testing.assert_close(got, z * 2 + 1)
-    assert backend.graphs[0].refused is not None
-
-
 def test_explain_lists_each_graph_groups_fallbacks_and_guards(caplog):
     backend = Backend(explain=True)
     with caplog.at_level(logging.WARNING, logger="ir.dynamo"):
