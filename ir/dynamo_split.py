@@ -19,29 +19,43 @@ from __future__ import annotations
 import re
 
 import torch
+import torch.utils._pytree as pytree
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.split_module import split_module
 
 
 class NodeTracker(torch.fx.Interpreter):
     """Runs a graph node by node (while `ir.jit` traces it); `failed` is the node whose run
-    raised in the last run, or None."""
+    raised in the last run, or None. A run that raises leaves the grad mode and the autocast
+    state as it found them (a graph sets them by calls, not by `with` blocks)."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         super().__init__(gm)
         self.extra_traceback = False    # the tracer's message as it is
         self.failed: torch.fx.Node | None = None
+        self.autocasts: list = []       # the autocast contexts the run entered and not exited
 
     def run(self, *args):
-        self.failed = None
-        return super().run(*args)
+        self.failed, self.autocasts, grad_mode = None, [], torch.is_grad_enabled()
+        try:
+            return super().run(*args)
+        except Exception:
+            for context in reversed(self.autocasts):
+                torch.amp._exit_autocast(context)
+            torch._C._set_grad_enabled(grad_mode)
+            raise
 
     def run_node(self, node):
         try:
-            return super().run_node(node)
+            value = super().run_node(node)
         except Exception:
             self.failed = node
             raise
+        if node.target is torch.amp._enter_autocast:
+            self.autocasts.append(value)
+        elif node.target is torch.amp._exit_autocast:
+            self.autocasts.pop()
+        return value
 
 
 def refused_nodes(gm, tracker: NodeTracker, error: Exception) -> dict:
@@ -60,13 +74,16 @@ def refused_nodes(gm, tracker: NodeTracker, error: Exception) -> dict:
 
 def split(gm: torch.fx.GraphModule, refused) -> torch.fx.GraphModule:
     """`gm` as a graph of pieces (`submod_<k>`, k from 0 in graph order), each a maximal run of
-    ops that are all refused (their names in `refused`) or all not. The nodes that set global state (autocast, grad mode)
-    join the piece they stand in; `split_module` repeats them in the pieces their block spans."""
+    ops that are all refused (their names in `refused`) or all not. A node computing no tensor
+    joins the piece it stands in: one setting global state (autocast, grad mode; `split_module`
+    repeats it in the pieces its block spans), size arithmetic and its assertions (where a
+    data-dependent op is refused, the sizes of its result are read in its piece, so the piece
+    after it gets them as inputs)."""
     piece, last = -1, None
 
     def piece_of(node) -> int:
         nonlocal piece, last
-        if node.op == "call_function" and node.target in _GLOBAL_STATE:
+        if node.name not in refused and not _computes_tensors(node):
             return max(piece, 0)
         if (node.name in refused) != last:
             piece, last = piece + 1, node.name in refused
@@ -91,4 +108,6 @@ def pieces(split_gm) -> list[tuple[str, torch.fx.GraphModule]]:
             if node.op == "call_module"]
 
 
-_GLOBAL_STATE = (torch.amp._enter_autocast, torch.amp._exit_autocast, torch._C._set_grad_enabled)
+def _computes_tensors(node) -> bool:
+    value = node.meta.get("example_value")
+    return any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(value))
