@@ -11,14 +11,17 @@ fused backward (`ir.autodiff`), exactly as `ir.jit(fn)` would run them. A static
 in "constant values" mode, a graph with symbolic sizes (`dynamic=True`, `mark_dynamic`, or
 Dynamo's automatic dynamic shapes after a size changed) in "symbolic values" mode.
 
-Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, and a
-static graph's sizes and strides, and the grad mode. A call of a compiled graph checks only what
-Dynamo does not (`thin_guards`): pointer alignment, the negative bit, and for a symbolic input
-the facts our kernels rest on (size relations, divisibility, strides, spans). Where they fail,
-the full `ir.jit` lookup runs (it may compile another entry).
+Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, the
+grad mode, static sizes and strides, and the facts its shape environment holds on symbolic
+ones. A call of a compiled graph checks only what Dynamo's guards do not imply
+(`ir.dynamo_guards`): pointer alignment, the negative bit, divisibility and spans. Where they
+fail, the full `ir.jit` lookup runs (it may compile another entry).
 
-A graph our tracer refuses (an in-place op, say) runs as Dynamo captured it, on PyTorch; a
-warning names the graph and the reason.
+Autocast and grad-mode blocks in a graph are traced with it. Where the tracer refuses an op (an
+in-place op changing a tensor's shape, `.item()`, a complex argument, ...), the graph is split
+around it (`ir.dynamo_split`): the refused ops run on PyTorch, the rest is jitted, and
+`ir.explain(compiled)` shows each piece. Only where no op is to blame does the whole graph run
+as Dynamo captured it, on PyTorch, with a warning naming the graph and the reason.
 """
 from __future__ import annotations
 
@@ -33,21 +36,16 @@ from importlib import metadata
 
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ir import diagnostics, dynamo_split, prims
+from ir import diagnostics, dynamo_split
+from ir.dynamo_guards import thin_guards
 from ir.dynamo_split import NodeTracker
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
 from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
 from ir.prologue import build_guard_check
-from ir.proxies import IntProxy, TensorProxy
 
 log = logging.getLogger("ir.dynamo")
 fallback_log = diagnostics.log      # ir.fallbacks
-# guards that read only a tensor's sizes and strides: Dynamo checks those of a static input
-_LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisible",
-                  "strides_compose", "stride_span_lt", "contiguous")
-
 
 def _example_values(gm) -> dict:
     """Placeholder name -> Dynamo's example value (a FakeTensor, SymInt or int)."""
@@ -111,50 +109,6 @@ def graph_function(tracker: NodeTracker, name: str):
     return ns[name]
 
 
-def dynamo_sizes(entry, values: dict) -> dict[int, object]:
-    """id of each size proxy of the entry that stands for an input's size or an int input ->
-    what it is in Dynamo's graph: an int (a static size) or a SymInt."""
-    found = {}
-    for name, value in entry.traces[0].inputs:
-        if isinstance(value, IntProxy) and isinstance(values.get(name), (int, torch.SymInt)):
-            found[id(value)] = values[name]
-    for eqn in entry.host:
-        fake = values.get(eqn.args[0].name) if eqn.prim is prims.shape else None
-        if isinstance(fake, torch.Tensor):
-            found.update((id(size), s) for size, s in zip(eqn.outs, fake.shape))
-    return found
-
-
-def _symbol(x):
-    return x.node.expr if isinstance(x, torch.SymInt) else None
-
-
-def dynamo_checks(guard, static: set[str], sizes: dict) -> bool:
-    """Whether Dynamo's own guards imply this guard of an entry: a layout guard on a tensor
-    whose sizes and strides the graph holds constant; a size pinned to its value where the
-    graph holds it static; two sizes equal where Dynamo gave them one symbol; a symbolic size
-    at least 2 (Dynamo specializes 0 and 1 and guards its size symbols >= 2; not the unbacked
-    sizes of data-dependent ops in a split graph)."""
-    op, a, b = guard
-    if op in _LAYOUT_GUARDS:
-        return isinstance(a, TensorProxy) and a.name in static
-    if id(a) not in sizes:
-        return False
-    if op == "eq" and type(b) is int:
-        return type(sizes[id(a)]) is int
-    if op == "eq" and id(b) in sizes:
-        return _symbol(sizes[id(a)]) is not None and _symbol(sizes[id(a)]) == _symbol(sizes[id(b)])
-    symbol = _symbol(sizes[id(a)])
-    return (op == "ge" and type(b) is int and b == 2 and symbol is not None and symbol.is_Symbol
-            and not free_unbacked_symbols(symbol))
-
-
-def thin_guards(entry, graph) -> list:
-    """The guards of an entry of a compiled graph that Dynamo does not check."""
-    sizes = dynamo_sizes(entry, graph.example_values)
-    return [g for g in entry.guards if not dynamo_checks(g, graph.static, sizes)]
-
-
 class CompiledGraph:
     """What Dynamo calls in place of one captured graph (or one piece of a split graph): the
     jitted graph, behind thin guards; where the tracer refuses an op, the graph split around
@@ -171,7 +125,6 @@ class CompiledGraph:
         self.jitted = JitFunction(graph_function(self.tracker, name), backend.executors, cache,
                                   backend.cache_limit)
         self.example_values = _example_values(gm)    # FakeTensors: no real memory held
-        self.static = _static_inputs(self.example_values) & graph_inputs
         self.jitted.static_dims = _static_dims(self.example_values)
         self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
         self.split: torch.fx.GraphModule | None = None     # the graph of pieces, once split

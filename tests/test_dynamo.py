@@ -224,7 +224,7 @@ def test_automatic_dynamic_after_a_size_change_gives_one_symbolic_graph():
 
 def test_a_static_graph_checks_only_what_dynamo_does_not():
     """Dynamo checks dtypes, devices, ranks, sizes and strides of a static graph; the backend's
-    per-call check keeps pointer alignment (and the negative bit). A misaligned view that
+    per-call check keeps pointer alignment. A misaligned view that
     passes Dynamo's guards fails the thin check and compiles an entry of its own."""
     backend = Backend()
     compiled = torch.compile(rope, backend=backend)
@@ -239,6 +239,25 @@ def test_a_static_graph_checks_only_what_dynamo_does_not():
     shifted = base[1:].view(x.shape)    # same sizes and strides, 4 bytes off
     torch.testing.assert_close(compiled(shifted, cos, sin), rope(shifted, cos, sin))
     assert len(graph.fast) == 2 and ir.cache_stats(graph.jitted).misses == 2
+
+
+def test_a_dynamic_graph_checks_only_what_dynamo_does_not():
+    """Dynamo guards a dynamic graph's size relations (each size symbol >= 2, n <= x's last
+    size), its inputs' stride expressions (contiguous here) and negative bits: the backend's
+    per-call check keeps divisibility, alignment and bounds, a span checked as an element
+    count, and still holds each entry's whole prologue (IR_CHECK_GUARDS)."""
+    backend = Backend()
+    compiled = torch.compile(ir.examples.rope, backend=backend, dynamic=True)
+    for shape, n in (((2, 3, 4, 32), 8), ((5, 6, 7, 48), 16), ((3, 5, 9, 64), 16)):
+        args = ir.examples.rope_inputs(*shape, n=n)
+        torch.testing.assert_close(compiled(*args), ir.examples.rope(*args))
+    (graph,) = backend.graphs
+    ((check, entry),) = graph.fast
+    guards = check.source.split("\n", 1)[1]
+    assert "data_ptr()" in guards and "% 4 == 0" in guards
+    for implied in (">=", "sum(", "is_neg", "_strides[3] == 1", "_strides[1] == 1"):
+        assert implied not in guards, implied
+    assert ir.cache_stats(graph.jitted).misses == 1
 
 
 def shifted(t: torch.Tensor) -> torch.Tensor:
