@@ -1,8 +1,8 @@
 """The trace IR and the jit: trace PyTorch functions into printable prologue and computation
 traces of prims, cache them, and run them through pluggable executors."""
 from ir.executors import CompileContext, Executor, get_executor, register_executor, torch_executor
-from ir.diagnostics import Explanation, explain
-from ir.jit import (cache_stats, jit, last_backward_traces, last_entry, last_prologue,
+from ir.diagnostics import Explanation
+from ir.jit import (cache_stats, explain, jit, last_backward_traces, last_entry, last_prologue,
                     last_traces, thin)
 from ir.modules import JitModule
 from ir.proxies import DataDependentError, IntProxy, TensorProxy

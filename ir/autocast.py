@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ir.ops.casts import convert
 from ir.proxies import TensorProxy
 
 DEVICE_TYPES = ("cpu", "cuda")
@@ -139,7 +140,6 @@ def _promoted(args, device_type: str, lower):
 
 
 def _cast_all(x, dtype, device_type):
-    from ir.torch_ops import convert    # ir.torch_ops imports the tracer, which imports this
     if isinstance(x, (tuple, list)):
         return type(x)(_cast_all(item, dtype, device_type) for item in x)
     if _eligible(x, device_type) and x.dtype != dtype:

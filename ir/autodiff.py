@@ -3,13 +3,13 @@
 In grad mode, each fusion call whose inputs need grad (`t3 = rope_fusion_0(x, cos, sin)`) becomes
 a call of a `DifferentiableUnit`, a `torch.autograd.Function` whose forward runs the fused kernel
 and whose backward runs a backward trace. The backward trace is built from the grad rules
-(`ir.grad_rules`) over the group's prims, reading the group's outputs where the rules read them
-(a sigmoid's, tanh's or exp's output, as eager's formulas save it) and recomputing everything else
-from the group's inputs, then run through the same passes and executors as a forward trace: the
-Triton executor fuses it, and the vectorization analysis gives its accesses their width. Only the
-inputs and outputs that trace reads are saved (never an intermediate: fp32 values are recomputed
-in the backward kernel), and only inputs that need grad get a gradient. Everything outside fusion
-groups runs on torch, which records its backward as eager does.
+(`ir.ops.registry.GRAD_RULES`) over the group's prims, reading the group's outputs where the rules
+read them (a sigmoid's, tanh's or exp's output, as eager's formulas save it) and recomputing
+everything else from the group's inputs, then run through the same passes and executors as a
+forward trace: the Triton executor fuses it, and the vectorization analysis gives its accesses
+their width. Only the inputs and outputs that trace reads are saved (never an intermediate: fp32
+values are recomputed in the backward kernel), and only inputs that need grad get a gradient.
+Everything outside fusion groups runs on torch, which records its backward as eager does.
 
 Limits: double backward (`create_graph=True`) through a unit raises a clear error.
 """
@@ -20,8 +20,9 @@ import dataclasses
 import torch
 
 from ir import autocast
-from ir.executors import CompileContext, Executor
-from ir.grad_rules import GRAD_RULES, emit, needs_grad
+from ir.executors import CompileContext, Executor, compile_trace
+from ir.ops.registry import GRAD_RULES
+from ir.ops.vjp import emit, needs_grad
 from ir.prims import PRIMS, Prim, convert_element_type
 from ir.proxies import ScalarProxy, TensorProxy
 from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
@@ -250,7 +251,6 @@ def _unit(eqn, launch, tctx, cctx, lower):
     assert not unknown, f"backward of {name} reads {unknown}"
     inputs = tuple((v.name, v) for v in saved + saved_outputs + read + sizes)
     traces = [t.replace(inputs=inputs) for t in [built] + traces]
-    from ir.jit import compile_trace      # the jit imports this module
     backward = autocast.disabled(compile_trace(traces[-1]))     # its casts are in the trace
     args = tuple(eqn.args) + tuple(v for v in sizes if all(v is not a for a in eqn.args))
     unit = DifferentiableUnit(

@@ -1,4 +1,5 @@
-"""What the jit does with a call, in words: `ir.explain`, and the warnings about fallbacks.
+"""What the jit does with a call, in words: `ir.explain` (`ir.jit.explain` builds it with
+`explanation`), and the warnings about fallbacks.
 
 `ir.explain(jfn, *args, **kwargs)` traces `jfn` on the arguments and builds the cache entry they
 would get, running and timing no kernel, and returns an `Explanation`: each fusion group with its
@@ -11,7 +12,7 @@ as opaque calls in eager, and why (`ir.module_calls`); the entry's guards.
 Compiling an entry reports the same fallbacks (`report_fallbacks`): a warning once per function
 for a named executor that runs nothing at all, with the reason, and one INFO record on the
 `ir.fallbacks` logger per op left to torch. In symbolic mode, an op without a symbolic shape
-rule (`ir.shape_rules`) specializes the sizes of its arguments: one INFO record on the
+rule (`ir.ops.opaque`) specializes the sizes of its arguments: one INFO record on the
 `ir.recompiles` logger per such op names it and the sizes (`report_unruled_ops`).
 """
 from __future__ import annotations
@@ -26,8 +27,8 @@ from ir.executors import torch_executor
 from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
 from ir.recompiles import log as recompile_log, size_origins
+from ir.recording import NO_RULE
 from ir.trace import iter_vars, render
-from ir.tracing import NO_RULE
 
 log = logging.getLogger("ir.fallbacks")
 
@@ -173,21 +174,6 @@ def explanation(jfn, entry) -> Explanation:
             entry.extra.get("module_attributes", {}), jfn.module),
         prologue=str(entry.prologue),
         trace=str(trace))
-
-
-def explain(jfn, *args, **kwargs) -> Explanation:
-    """Traces `jfn` (a function returned by `ir.jit`) on these arguments and builds the entry
-    they would get, without running or timing a kernel and without caching it; returns what
-    fuses, what is left to torch and why, what symbolic mode specialized, and the guards.
-    For a function or module compiled by `torch.compile(..., backend="triton_exec")` (or an
-    `ir.dynamo.Backend`), no arguments: the text of `Backend.explain`, per graph compiled."""
-    from ir import dynamo
-    from ir.jit import _jitted
-    backend = dynamo.backend_of(jfn)
-    if backend is not None:
-        return backend.explain()
-    jfn = _jitted(jfn)
-    return explanation(jfn, jfn.compile_for_explain(jfn.bind(args, kwargs)))
 
 
 def _summary(reasons) -> str:

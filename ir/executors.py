@@ -1,6 +1,7 @@
 """The executors API and the always-present torch executor.
 
-An executor claims the equations it can run and renders each as Python source. A fusion executor
+An executor claims the equations it can run and renders each as Python source (`claim`); a
+fully claimed trace compiles to the Python function that runs (`compile_trace`). A fusion executor
 also gets a pass over the whole trace (`fusion_pass`), where it replaces groups of equations by
 one call of its own. `ir` never imports an executor: executors register themselves by name, and
 a name not registered yet is looked up in the `ir.executors` entry point group (pyproject), whose
@@ -9,15 +10,17 @@ entry loads the executor's package, so `ir.jit(fn, executors=["triton"])` needs 
 from __future__ import annotations
 
 import dataclasses
+import math
 from importlib import metadata
 
 import torch
 import torch.nn.functional as F
 
 from ir import prims
-from ir.proxies import TensorProxy, same_size
-from ir.tracing import guard_key
+from ir.ops.registry import TORCH_SOURCE
 from ir.passes import dce
+from ir.proxies import TensorProxy, same_size
+from ir.recording import guard_key
 from ir.trace import Eqn, Trace, iter_vars, map_vars, render
 
 _REGISTRY: dict[str, "Executor"] = {}
@@ -97,80 +100,39 @@ def get_executor(name: str) -> Executor:
         raise ValueError(f"no executor named {name!r}; known: {known}") from None
 
 
+def compile_trace(trace: Trace):
+    """Python function from the source of a fully claimed trace."""
+    ns = {"torch": torch, "math": math}
+    for eqn in trace.eqns:
+        if eqn.executor is not None:
+            ns.update(eqn.executor.namespace(eqn))
+    exec(compile(str(trace), f"<{trace.name}>", "exec"), ns)
+    return ns[trace.name]
+
+
+def claim(trace: Trace, executors) -> Trace:
+    """Gives each unclaimed tensor equation to the first executor that claims it."""
+    eqns = []
+    for eqn in trace.eqns:
+        if eqn.executor is None and eqn.prim.kind != "host":
+            eqn = eqn.replace(executor=next(ex for ex in executors if ex.claims(eqn)))
+        eqns.append(eqn)
+    return trace.replace(eqns=tuple(eqns), provenance="Claimed by executors: " + ", ".join(
+        ex.name for ex in executors))
+
+
 # ---- the torch executor ------------------------------------------------------------------
-
-def _is_zero(x) -> bool:
-    return isinstance(x, int) and x == 0
-
-
-def _slice_src(eqn):
-    t, starts, stops, steps = eqn.args
-    parts = [":" if _is_zero(a) and same_size(b, s) and c == 1 else
-             f"{render(a)}:{render(b)}" + (f":{c}" if c != 1 else "")
-             for a, b, c, s in zip(starts, stops, steps, t.shape)]
-    full = next((i for i, p in enumerate(parts) if p != ":"), 0)
-    if full:    # x[..., 0:8] indexes faster than x[:, :, :, 0:8]
-        parts = ["..."] + parts[full:]
-    return f"{t.name}[{', '.join(parts)}]"
-
-
-def _pad_src(eqn):
-    t, config = eqn.args
-    first = min(i for i, (lo, hi) in enumerate(config) if not (_is_zero(lo) and _is_zero(hi)))
-    widths = [w for lo_hi in reversed(config[first:]) for w in lo_hi]
-    return f"F.pad({t.name}, {render(tuple(widths))}, value={render(eqn.params['value'])})"
-
-
-def _broadcast_src(eqn):
-    t, shape = eqn.args
-    dims = eqn.params["dims"]
-    src = t.name
-    if len(dims) != len(shape):
-        src += "[" + ", ".join(":" if d in dims else "None" for d in range(len(shape))) + "]"
-    keep = {d: s for d, s in zip(dims, t.shape)}
-    sizes = [-1 if d in keep and keep[d] is s else s for d, s in enumerate(shape)]
-    return f"{src}.expand({render(tuple(sizes))})"
-
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "gt": ">", "lt": "<",
           "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
 
 
 def _elementwise_src(eqn):
+    """A prim without a rule in `TORCH_SOURCE` (the elementwise ones): its torch function."""
     name, args = eqn.prim.name, eqn.args
     if name in _INFIX:
         return f"{render(args[0])} {_INFIX[name]} {render(args[1])}"
     return f"torch.{name}({', '.join(render(a) for a in args)})"
-
-
-def _copy_src(eqn):
-    x = eqn.args[0].name
-    if eqn.params["memory_format"] == "contiguous":
-        return f"{x}.clone(memory_format=torch.contiguous_format)"
-    return f"{x}.clone()"
-
-
-TORCH_RENDER = {
-    "copy": _copy_src,
-    "convert_element_type": lambda e: f"{e.args[0].name}.to({render(e.params['dtype'])})",
-    "broadcast_in_dim": _broadcast_src,
-    "slice": _slice_src,
-    "pad": _pad_src,
-    "cat": lambda e: f"torch.cat({render(e.args[0])}, {e.params['dim']})",
-    "where": lambda e: f"torch.where({', '.join(render(a) for a in e.args)})",
-    "full": lambda e: (f"torch.full({render(e.args[0])}, {render(e.params['value'])}, "
-                       f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
-    "arange": lambda e: (f"torch.arange({', '.join(render(a) for a in e.args)}, "
-                         f"dtype={render(e.params['dtype'])}, device={render(e.params['device'])})"),
-    "reshape": lambda e: f"{e.args[0].name}.reshape({render(tuple(e.args[1]))})",
-    "permute": lambda e: f"{e.args[0].name}.permute({render(e.params['perm'])})",
-    "sum": lambda e: f"{e.args[0].name}.sum({render(e.params['dims'])})",
-    "amax": lambda e: f"{e.args[0].name}.amax({render(e.params['dims'])})",
-    "amin": lambda e: f"{e.args[0].name}.amin({render(e.params['dims'])})",
-    "silu": lambda e: f"F.silu({e.args[0].name})",
-    "gelu": lambda e: f"F.gelu({e.args[0].name}, approximate={render(e.params['approximate'])})",
-    "opaque": prims.opaque.render_rhs,
-}
 
 
 def _covers(eqn: Eqn, operands) -> bool:
@@ -221,7 +183,7 @@ class TorchExecutor(Executor):
         return eqn.prim.kind != "host"
 
     def render(self, eqn: Eqn):
-        rule = TORCH_RENDER.get(eqn.prim.name, _elementwise_src)
+        rule = TORCH_SOURCE.get(eqn.prim, _elementwise_src)
         return rule(eqn), []
 
     def namespace(self, eqn: Eqn) -> dict:

@@ -10,8 +10,8 @@ view scatters the new values into the root, and every other view of that root is
 from the new root when it is next used (as eager's views see the change).
 
 Which ops return views is eager's answer: the op runs on a meta tensor laid out as the tensor
-(`torch_ops.layout_meta`), and a result that shares its storage is a view. Errors are eager's: the
-in-place op itself runs on empty tensors first (a dtype it cannot cast to, a shape it cannot
+(`ir.ops.movement.layout_meta`), and a result that shares its storage is a view. Errors are
+eager's: the in-place op itself runs on empty tensors first (a dtype it cannot cast to, a shape it cannot
 broadcast to), a write into an overlapping layout (an expanded view) or into a leaf that requires
 grad raises eager's own exception.
 
@@ -28,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from ir import prims, tracing
+from ir import dispatch, prims, recording
+from ir.ops import casts, elementwise, factories, movement, shapes
+from ir.ops.registry import SHAPE_RULES
 from ir.proxies import TensorProxy, hint, same_shape
 
 # augmented assignments and the out-of-place operators they stand for
@@ -113,8 +115,8 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
         _sibling_view_error(modify_base=False)
     value = ctx.run(_fit, ctx, target, value)
     if id(root) in ctx.input_layouts and any(v.base is root for v in m.views.values()):
-        from ir.torch_ops import layout_meta
-        ctx.run(layout_meta, root)      # guards it: which ops made views depends on its layout
+        # guards it: which ops made views depends on its layout
+        ctx.run(movement.layout_meta, root)
     if view is None:
         m.values[id(root)] = (root, value)
     else:
@@ -128,18 +130,17 @@ def write(ctx, target: TensorProxy, value) -> TensorProxy:
 
 def _fit(ctx, target, value):
     """value as target's dtype and shape (a number filled in)."""
-    from ir import torch_ops
     if not isinstance(value, TensorProxy):
-        value = torch_ops.full(target.shape, value, dtype=target.dtype, device=target.device)
-    value = torch_ops.convert(value, target.dtype)
+        value = factories.full(target.shape, value, dtype=target.dtype, device=target.device)
+    value = casts.convert(value, target.dtype)
     if not same_shape(value.shape, target.shape):
-        torch_ops.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
-        value = torch_ops.expand_to(value, target.shape)
+        shapes.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
+        value = movement.expand_to(value, target.shape)
     old = current(ctx, target)
     if old.requires_grad and not value.requires_grad:
         # eager's result keeps requiring grad (a zero gradient flows to the old value)
-        never = torch_ops.full(target.shape, False, dtype=torch.bool, device=target.device)
-        value = torch_ops.where(never, old, value)
+        never = factories.full(target.shape, False, dtype=torch.bool, device=target.device)
+        value = elementwise.where(never, old, value)
     return value
 
 
@@ -202,7 +203,7 @@ def check_memory_overlap(ctx, fn, target, args, kwargs) -> None:
                 for key, m in metas.items()}
 
     def stand_in(v):
-        return laid_out[id(v)] if id(v) in laid_out else tracing._stand_in(v, "cpu")
+        return laid_out[id(v)] if id(v) in laid_out else recording._stand_in(v, "cpu")
     args, kwargs = pytree.tree_unflatten([stand_in(v) for v in flat], spec)
     fn(laid_out[id(target)], *args, **kwargs)
 
@@ -216,9 +217,8 @@ def put_positions(base, positions, values):
 
 def _scatter(root_value, view_fn, values):
     """The root's new value after `values` were written through the view `view_fn` makes."""
-    from ir import torch_ops
     numel = root_value.numel()
-    positions = torch_ops.reshape(torch_ops.arange(numel, device=root_value.device),
+    positions = movement.reshape(factories.arange(numel, device=root_value.device),
                                   root_value.shape)
     return record_helper(put_positions, (root_value, view_fn(positions), values),
                    [(root_value.shape, root_value.dtype)])[0]
@@ -229,9 +229,9 @@ def record_helper(fn, args, shapes_dtypes):
     (the tracer's own functional helpers, whose shapes it knows)."""
     flat = pytree.tree_flatten(args)[0]
     device = next(x.device for x in flat if isinstance(x, TensorProxy))
-    grad = tracing._needs_grad(flat)
-    outs = [tracing.new_tensor(shape, dtype, device, grad) for shape, dtype in shapes_dtypes]
-    tracing.record(prims.opaque, args, {"fn": fn, "fn_name": f"opaque_{fn.__name__}",
+    grad = recording._needs_grad(flat)
+    outs = [recording.new_tensor(shape, dtype, device, grad) for shape, dtype in shapes_dtypes]
+    recording.record(prims.opaque, args, {"fn": fn, "fn_name": f"opaque_{fn.__name__}",
                                         "kwargs": {}, "sequence": len(outs) > 1}, outs)
     return outs
 
@@ -239,7 +239,7 @@ def record_helper(fn, args, shapes_dtypes):
 # ---- views ----------------------------------------------------------------------------
 
 def _stand_ins(x):
-    return pytree.tree_map(lambda v: tracing._stand_in(v, "meta"), x)
+    return pytree.tree_map(lambda v: recording._stand_in(v, "meta"), x)
 
 
 def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
@@ -323,17 +323,17 @@ def call_torch(ctx, func, args, kwargs):
         else:
             kwargs = {**kwargs, "inplace": False}
         target = args[0] if args else kwargs["input"]
-        return write(ctx, target, tracing.call_torch(func, *resolve(ctx, (args, kwargs))))
+        return write(ctx, target, dispatch.call_torch(func, *resolve(ctx, (args, kwargs))))
     name = _name(func)
     if is_in_place_name(name) and args and isinstance(args[0], TensorProxy):
         return in_place_method(ctx, name, args[0], args[1:], kwargs)
     if func is F.batch_norm:
         return _batch_norm(ctx, args, kwargs)
     rargs, rkwargs = resolve(ctx, (args, kwargs))
-    result = tracing.call_torch(func, rargs, rkwargs)
+    result = dispatch.call_torch(func, rargs, rkwargs)
     if args and name in VIEW_OPS:
         note_views(ctx, name, args[0], result,
-                   lambda b: tracing.call_torch(func, (b, *rargs[1:]), rkwargs),
+                   lambda b: dispatch.call_torch(func, (b, *rargs[1:]), rkwargs),
                    lambda meta: func(meta, *_stand_ins(rargs[1:]), **_stand_ins(rkwargs)))
     return result
 
@@ -343,8 +343,8 @@ def call_method(ctx, name: str, self, args):
     if name in IN_PLACE_DUNDERS or name == "__setitem__":
         return in_place_method(ctx, name, self, args, {})
     rself, rargs = resolve(ctx, (self, args))
-    result = tracing.call_method(name, rself, rargs)
-    note_views(ctx, name, self, result, lambda b: tracing.call_method(name, b, rargs),
+    result = dispatch.call_method(name, rself, rargs)
+    note_views(ctx, name, self, result, lambda b: dispatch.call_method(name, b, rargs),
                lambda meta: getattr(meta, name)(*_stand_ins(rargs)))
     return result
 
@@ -354,9 +354,9 @@ def tensor_method(ctx, self, name: str):
     if is_in_place_name(name) and hasattr(torch.Tensor, name):
         return lambda *args, **kwargs: ctx.run(in_place_method, ctx, name, self,
                                                *ctx.run(ctx.captured, (args, kwargs)))
-    attribute = ctx.run(tracing.tensor_method, current(ctx, self), name)
+    attribute = ctx.run(dispatch.tensor_method, current(ctx, self), name)
     if not callable(attribute):
-        note_views(ctx, name, self, attribute, lambda b: tracing.tensor_method(b, name),
+        note_views(ctx, name, self, attribute, lambda b: dispatch.tensor_method(b, name),
                    lambda meta: getattr(meta, name))
         return attribute
 
@@ -364,7 +364,7 @@ def tensor_method(ctx, self, name: str):
         rargs, rkwargs = resolve(ctx, ctx.run(ctx.captured, (args, kwargs)))
         result = ctx.run(attribute, *rargs, **rkwargs)
         note_views(ctx, name, self, result,
-                   lambda b: tracing.tensor_method(b, name)(*rargs, **rkwargs),
+                   lambda b: dispatch.tensor_method(b, name)(*rargs, **rkwargs),
                    lambda meta: getattr(meta, name)(*_stand_ins(rargs), **_stand_ins(rkwargs)))
         return result
     return method
@@ -380,14 +380,14 @@ def in_place_method(ctx, name: str, target, args, kwargs):
         raise NotImplementedError(f"ir.jit: the in-place tensor method {name} changes the "
                                   "tensor's shape or storage, which ir.jit does not support")
     with ctx.op(f"Tensor.{name}"):
-        tracing.eager_checks(method, (target, *args), kwargs)
+        dispatch.eager_checks(method, (target, *args), kwargs)
         check_memory_overlap(ctx, method, target, args, kwargs)
     rtarget, rargs, rkwargs = resolve(ctx, (target, args, kwargs))
     value = _functional_value(ctx, name, rtarget, rargs, rkwargs)
     if (name not in _STORES and isinstance(value, TensorProxy)
             and not torch.can_cast(value.dtype, target.dtype)):     # meta does not check it
-        method(*tracing._stand_in((target, *args), "cpu"),
-               **{k: tracing._stand_in(v, "cpu") for k, v in kwargs.items()})
+        method(*recording._stand_in((target, *args), "cpu"),
+               **{k: recording._stand_in(v, "cpu") for k, v in kwargs.items()})
         raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output "
                            f"type {target.dtype}")
     write(ctx, target, value)
@@ -407,11 +407,11 @@ def _functional_value(ctx, name, target, args, kwargs):
         return args[0]
     functional = IN_PLACE_DUNDERS.get(name, name[:-1])
     if functional in IN_PLACE_DUNDERS.values():
-        return tracing.call_method(functional, target, args)
+        return dispatch.call_method(functional, target, args)
     if hasattr(torch.Tensor, functional):
-        return tracing.tensor_method(target, functional)(*args, **kwargs)
+        return dispatch.tensor_method(target, functional)(*args, **kwargs)
     # no out-of-place form (normal_, uniform_, ...): the op itself, on a copy, run by torch
-    return tracing.opaque(_on_a_copy(name), (target, *args), kwargs)
+    return recording.opaque(_on_a_copy(name), (target, *args), kwargs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -431,7 +431,7 @@ def _setitem(ctx, target, index, value):
     """`target[index] = value`: a write through the view `target[index]` for basic indexing
     (ints, slices, None, ...), else the functional setitem run by torch."""
     with ctx.op("Tensor.__setitem__"):
-        tracing.eager_checks(torch.Tensor.__setitem__, (target, index, value), {})
+        dispatch.eager_checks(torch.Tensor.__setitem__, (target, index, value), {})
         check_memory_overlap(ctx, torch.Tensor.__setitem__, target, (index, value), {})
     if _basic(index):
         view = call_method(ctx, "__getitem__", target, (index,))
@@ -439,7 +439,7 @@ def _setitem(ctx, target, index, value):
             write(ctx, view, _leading_ones_dropped(ctx, value, len(view.shape)))
         return None
     rtarget, rindex, rvalue = resolve(ctx, (target, index, value))
-    write(ctx, target, tracing.opaque(setitem_on_a_copy, (rtarget, rindex, rvalue), {}))
+    write(ctx, target, recording.opaque(setitem_on_a_copy, (rtarget, rindex, rvalue), {}))
     return None
 
 
@@ -452,7 +452,7 @@ def _leading_ones_dropped(ctx, value, ndim):
     drop = 0
     while len(value.shape) - drop > ndim and value.shape[drop] == 1:
         drop += 1
-    return tracing.call_torch(torch.reshape, (value, value.shape[drop:]), {}) if drop else value
+    return dispatch.call_torch(torch.reshape, (value, value.shape[drop:]), {}) if drop else value
 
 
 def _rewrites_itself(ctx, view, value) -> bool:
@@ -475,7 +475,6 @@ def setitem_on_a_copy(tensor, index, value):
 
 def _same_shape_rule(fn):
     """Registers fn's shape rule: its output has its first argument's shape."""
-    from ir.shape_rules import SHAPE_RULES
     SHAPE_RULES[fn] = lambda tensor, *args, **kwargs: [tensor.shape]
     return fn
 
@@ -490,13 +489,13 @@ def _out_call(ctx, func, args, kwargs):
     if not isinstance(out, TensorProxy):
         raise NotImplementedError(f"ir.jit: {_name(func)}(..., out=...) with out of type "
                                   f"{type(out).__name__} is not supported")
-    with ctx.op(tracing._opaque_name(func)):
-        tracing.eager_checks(func, args, kwargs)
+    with ctx.op(recording._opaque_name(func)):
+        dispatch.eager_checks(func, args, kwargs)
         if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad
                                            for v in pytree.tree_flatten((args, kwargs))[0]):
             func(*_needing_grad(args), **_needing_grad(kwargs))    # raises eager's error
     rest = {k: v for k, v in kwargs.items() if k != "out"}
-    value = tracing.call_torch(func, *resolve(ctx, (args, rest)))
+    value = dispatch.call_torch(func, *resolve(ctx, (args, rest)))
     if not isinstance(value, TensorProxy) or len(value.shape) != len(out.shape) or any(
             a != b for a, b in zip(value.shape, out.shape)):    # guarded equal where equal
         raise NotImplementedError(
@@ -510,7 +509,7 @@ def _out_call(ctx, func, args, kwargs):
 
 def _needing_grad(x):
     """x with empty CPU tensors for proxies, requiring grad where they do."""
-    return pytree.tree_map(lambda v: tracing._stand_in(v, "cpu").requires_grad_(v.requires_grad)
+    return pytree.tree_map(lambda v: recording._stand_in(v, "cpu").requires_grad_(v.requires_grad)
                            if isinstance(v, TensorProxy) else v, x)
 
 
@@ -529,12 +528,12 @@ def _batch_norm(ctx, args, kwargs):
     bound.apply_defaults()
     a = bound.arguments
     if not (a["training"] and a["running_mean"] is not None):
-        return tracing.call_torch(F.batch_norm, *resolve(ctx, (args, kwargs)))
+        return dispatch.call_torch(F.batch_norm, *resolve(ctx, (args, kwargs)))
     with ctx.op("torch.nn.functional.batch_norm"):
-        tracing.eager_checks(F.batch_norm, args, kwargs)
+        dispatch.eager_checks(F.batch_norm, args, kwargs)
     x, mean, var, weight, bias = resolve(ctx, (a["input"], a["running_mean"], a["running_var"],
                                                a["weight"], a["bias"]))
-    momentum, eps = tracing.specialize(a["momentum"]), tracing.specialize(a["eps"])
+    momentum, eps = recording.specialize(a["momentum"]), recording.specialize(a["eps"])
     channel = x.shape[1]
     out, new_mean, new_var = record_helper(
         batch_norm_functional, (x, mean, var, weight, bias, momentum, eps),

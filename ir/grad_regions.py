@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import torch
 
-from ir import prims
+from ir.ops.registry import define
 from ir.proxies import ACTIVE_TRACE, TensorProxy
 from ir.trace import Eqn, Trace
 
 _MODES = {True: "enable_grad", False: "no_grad"}
-begin = prims.define("grad_mode", "host", lambda *, enabled, grad_block: [],
-                     lambda eqn: f"with torch.{_MODES[eqn.params['enabled']]}():")
-end = prims.define("end_grad_mode", "host", lambda *, grad_block: [], lambda eqn: "")
-set_mode = prims.define("set_grad_enabled", "host", lambda *, enabled: [],
-                        lambda eqn: f"torch._C._set_grad_enabled({eqn.params['enabled']})")
+begin = define("grad_mode", "host", lambda *, enabled, grad_block: [],
+               lambda eqn: f"with torch.{_MODES[eqn.params['enabled']]}():")
+end = define("end_grad_mode", "host", lambda *, grad_block: [], lambda eqn: "")
+set_mode = define("set_grad_enabled", "host", lambda *, enabled: [],
+                  lambda eqn: f"torch._C._set_grad_enabled({eqn.params['enabled']})")
 
 
 def output_requires_grad(inputs) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-import math
 import os
 import re
 import threading
@@ -19,24 +18,25 @@ import weakref
 
 import torch
 
-from torch.utils import _pytree as pytree
-
 from ir import (autocast, autodiff, containers, diagnostics, grad_regions, module_attributes,
-                module_calls, module_state, modules, passes, prims, recompiles, transforms,
-                write_back)
+                module_calls, module_state, modules, passes, recompiles, transforms, write_back)
+from ir.cache_keys import UnsupportedArgument, arg_key
+from ir.captures import _reader, _taking_arguments, _trace_arguments, capture_sources
 from ir.containers import Keywords
-from ir.executors import CompileContext, Executor, get_executor, torch_executor
+from ir.executors import (CompileContext, Executor, claim, compile_trace, get_executor,
+                          torch_executor)
+from ir.inputs import input_proxy
 from ir.prologue import Prologue, build_prologue
-from ir.proxies import FloatProxy, IntProxy, TensorProxy, Var
+from ir.proxies import TensorProxy, Var
+from ir.recording import opaque
 from ir.trace import Trace, iter_vars
-from ir.tracing import TraceContext, opaque, record, tracing
+from ir.tracing import TraceContext, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 DEFAULT_CACHE_LIMIT = 8
 _P = inspect.Parameter
 _POSITIONAL, _POSITIONAL_ONLY = _P.POSITIONAL_OR_KEYWORD, _P.POSITIONAL_ONLY
 _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = _P.VAR_POSITIONAL, _P.KEYWORD_ONLY, _P.VAR_KEYWORD
-_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 # Compiles (tracing, kernel files, tuning) run one at a time; cache hits never take it.
 _COMPILE_LOCK = threading.RLock()
 
@@ -64,6 +64,19 @@ class Entry:
     host: tuple = ()    # the host equations (shape queries, size math) the guards may read
 
 
+@dataclasses.dataclass
+class TracedCall:
+    """What tracing fn on one call's arguments gave (`JitFunction.trace`)."""
+    ctx: TraceContext
+    inputs: tuple           # (name, proxy) per parameter of fn
+    outputs: object         # the trace's outputs (state written back included)
+    structure: object       # the containers of fn's outputs (`ir.containers`), or None
+    rebindings: object      # the module slots fn rebound (`ir.module_state`), or None
+    reads: dict             # the module attributes the trace read (`ir.module_attributes`)
+    grad_mode: bool         # at the call
+    final_grad_mode: bool   # the one fn left set
+
+
 _names_taken: dict[str, itertools.count] = {}
 _names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -89,92 +102,6 @@ def function_name(fn) -> str:
     except TypeError:       # not weak-referenceable: named afresh per ir.jit
         pass
     return name
-
-
-class UnsupportedArgument(TypeError):
-    pass
-
-
-def _tensor_key(t: torch.Tensor, constant: bool):
-    if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-        raise transforms.subclass_reason(t)
-    if t.is_complex() or t.layout is not torch.strided:
-        raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
-    return (t.dtype, t.shape if constant else t.ndim)
-
-
-def float_identity(x: float) -> str:
-    """A float argument's identity for keys and guards: its bits (0.0 and -0.0 differ, and NaN is
-    NaN), where == would merge 0.0 with -0.0 and miss NaN on every call."""
-    return "nan" if x != x else x.hex()
-
-
-def arg_key(a, constant: bool, nested: bool = False):
-    """The hashed part of an argument's guards; raises UnsupportedArgument for what we refuse."""
-    kind = type(a)
-    if kind is torch.Tensor and a.layout is torch.strided:   # the common cases first, kept short
-        return (a.dtype, a.shape if constant else a.ndim)
-    if kind is int:
-        return (int, a) if constant else int
-    if isinstance(a, torch.Tensor):
-        return _tensor_key(a, constant)
-    if kind is float:       # a runtime value in symbolic mode
-        return (float, float_identity(a)) if constant else float
-    if isinstance(a, _SCALARS):
-        return int if type(a) is int and not constant else (type(a), a if a == a else "nan")
-    if nested or pytree.tree_is_leaf(a):
-        raise UnsupportedArgument(f"{type(a).__name__} arguments"
-                                  f"{' inside a container' if nested else ''} are not supported")
-    if containers.is_shallow(a):    # a tuple, list or **kwargs of leaves: passed as it is
-        if kind is Keywords:
-            return (dict, tuple((k, arg_key(x, constant, True)) for k, x in a.items()))
-        return (kind, tuple(arg_key(x, constant, True) for x in a))
-    leaves, structure = pytree.tree_flatten(a)      # any other container: passed flat
-    return (structure, tuple(arg_key(x, constant, True) for x in leaves))
-
-
-def _input_proxy(name: str, value, ctx: TraceContext):
-    """The proxy (or literal) standing for one argument in the traces."""
-    if isinstance(value, torch.Tensor):
-        if value.is_complex():   # the key's fast path lets it through; refused on the miss
-            raise TypeError(f"ir.jit: argument {name!r}: a {value.dtype} tensor is not supported")
-        proxy = TensorProxy(name, (), value.dtype, value.device,
-                            value.requires_grad, value.is_neg())
-        ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
-        if value.requires_grad and value.is_leaf:   # eager refuses to write into it in grad mode
-            ctx.mutations.leaves.add(id(proxy))
-        if not ctx.symbolic:
-            proxy.shape = tuple(value.shape)
-            return proxy
-        sizes = tuple(IntProxy(ctx.new_name("i"), s) for s in value.shape)
-        record(prims.shape, (proxy,), {}, sizes)
-        static = ctx.static_dims.get(name, ())
-        for dim, size in enumerate(sizes):   # 0 and 1 are specialized: broadcasting depends on them
-            if size.hint < 2 or dim in static:
-                ctx.add_guard(("eq", size, size.hint))
-                ctx.specialized(size, size.hint, "a size of 0 or 1 (broadcasting depends on it)"
-                                if size.hint < 2 else "a static size of the caller's graph")
-            else:
-                ctx.add_guard(("ge", size, 2))
-                ctx.lower_bounds[id(size)] = 2
-        proxy.shape = tuple(s.hint if s.hint < 2 or d in static else s
-                            for d, s in enumerate(sizes))
-        return proxy
-    if containers.is_deep(value):
-        return tuple(_input_proxy(ctx.fresh_name(n), v, ctx) for n, v in
-                     zip(containers.leaf_names(name, value), containers.flat_argument(value)))
-    if isinstance(value, (tuple, list)):
-        return tuple(_input_proxy(ctx.fresh_name(f"{name}_{i}"), v, ctx)
-                     for i, v in enumerate(value))
-    if isinstance(value, dict):
-        return {k: _input_proxy(ctx.fresh_name(f"{name}_{k}" if k.isidentifier() else
-                                               f"{name}_{i}"), v, ctx)
-                for i, (k, v) in enumerate(value.items())}
-    if type(value) is int and ctx.symbolic:
-        return IntProxy(name, value)
-    if type(value) is float and ctx.symbolic:
-        return FloatProxy(name, value)
-    return value
 
 
 def _resolved(proxy):
@@ -209,81 +136,6 @@ def _paired_values(inputs, args) -> dict:
     for (_, proxy), a in zip(inputs, args):
         _pair_values(proxy, a, values)
     return values
-
-
-def capture_sources(fn) -> dict:
-    """name -> (tensor, reader) for the tensors fn reads from its closure and its globals, and
-    for a bound method of a module, its module's parameters and buffers (`ir.modules`);
-    `reader()` reads the name's current value, as a call of fn would."""
-    code, found = getattr(fn, "__code__", None), {}
-    owner = modules.owner_module(fn)
-    if owner is not None:
-        found.update(modules.state_sources(owner))
-    if code is None:
-        return found
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:      # a cell not filled yet
-            continue
-        if isinstance(value, torch.Tensor) and name not in found:
-            found[name] = (value, lambda cell=cell: cell.cell_contents)
-    for name in code.co_names:
-        value = fn.__globals__.get(name)
-        if isinstance(value, torch.Tensor) and name not in found:
-            found[name] = (value, lambda g=fn.__globals__, name=name: g.get(name))
-    return found
-
-
-def _reader(sources, source, tensor):
-    """How a call reads a captured tensor: from its source (closure cell, global, module),
-    else the object."""
-    if source is not None:
-        return sources[source][1]
-    return lambda: tensor
-
-
-def _trace_arguments(deep: list[int], readers):
-    """fn's arguments -> the traces' inputs: the deep containers at positions `deep` flat
-    (`ir.containers`), then the implicit inputs read from their sources."""
-    flat = containers.flat_argument
-
-    def arguments(args):
-        if deep:
-            args = [flat(a) if i in deep else a for i, a in enumerate(args)]
-        return (*args, *[read_one() for read_one in readers])
-    return arguments
-
-
-def _taking_arguments(prologue, computation, arguments):
-    """The prologue and computation of an entry whose traces take `arguments(args)`, taking
-    fn's arguments."""
-    def taking(fn):
-        return lambda *args: fn(*arguments(args))
-    return (dataclasses.replace(prologue, fn=taking(prologue.fn),
-                                after_key=taking(prologue.after_key)),
-            taking(computation))
-
-
-def compile_trace(trace: Trace):
-    """Python function from the source of a fully claimed trace."""
-    ns = {"torch": torch, "math": math}
-    for eqn in trace.eqns:
-        if eqn.executor is not None:
-            ns.update(eqn.executor.namespace(eqn))
-    exec(compile(str(trace), f"<{trace.name}>", "exec"), ns)
-    return ns[trace.name]
-
-
-def claim(trace: Trace, executors) -> Trace:
-    """Gives each unclaimed tensor equation to the first executor that claims it."""
-    eqns = []
-    for eqn in trace.eqns:
-        if eqn.executor is None and eqn.prim.kind != "host":
-            eqn = eqn.replace(executor=next(ex for ex in executors if ex.claims(eqn)))
-        eqns.append(eqn)
-    return trace.replace(eqns=tuple(eqns), provenance="Claimed by executors: " + ", ".join(
-        ex.name for ex in executors))
 
 
 class JitFunction:
@@ -501,19 +353,20 @@ class JitFunction:
                                  f"arguments; its prologue:\n{entry.prologue}")
         return entry
 
-    def compile(self, args, explaining: bool = False) -> Entry:
-        sources = capture_sources(self.fn)
+    def trace(self, args, sources) -> TracedCall:
+        """Runs fn on proxies of `args` under a new trace (module calls intercepted, module
+        state watched); `sources`: the tensors fn captures (`capture_sources`)."""
         ctx = TraceContext(symbolic=self.cache_mode == "symbolic values",
                            taken=set(self.param_names),
                            capture_sources={id(t): name for name, (t, _) in sources.items()},
                            static_dims=self.static_dims)
         grad_mode = torch.is_grad_enabled()
-        ctx.make_input = lambda name, tensor: _input_proxy(name, tensor, ctx)
+        ctx.make_input = lambda name, tensor: input_proxy(name, tensor, ctx)
         try:
             with module_calls.intercepting(self.module) as calls, tracing(ctx), \
                     module_state.watched(self.module) as rebound:
                 names = list(map(ctx.parameter_name, self.param_names))
-                inputs = ctx.run(lambda: tuple((name, _input_proxy(name, a, ctx))
+                inputs = ctx.run(lambda: tuple((name, input_proxy(name, a, ctx))
                                                for name, a in zip(names, args)))
                 outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
                                         for (_, value), a in zip(inputs, args)])
@@ -523,6 +376,15 @@ class JitFunction:
         finally:    # the mode fn left set is set by the computation (`grad_regions.regions`)
             final_grad_mode = torch.is_grad_enabled()
             torch.set_grad_enabled(grad_mode)
+        return TracedCall(ctx, inputs, outputs, structure, rebindings, calls.reads, grad_mode,
+                          final_grad_mode)
+
+    def compile(self, args, explaining: bool = False) -> Entry:
+        """Traces fn on `args` and builds their entry: the traces of the passes and executors,
+        the prologue that checks the guards, and the computation that runs."""
+        sources = capture_sources(self.fn)
+        call = self.trace(args, sources)
+        ctx, inputs, outputs, grad_mode = call.ctx, call.inputs, call.outputs, call.grad_mode
         captured = tuple((proxy.name, proxy) for proxy, _, _ in ctx.captures)
         # implicit inputs: read from their sources at every call
         readers = [_reader(sources, source, tensor) for _, tensor, source in ctx.captures]
@@ -556,7 +418,7 @@ class JitFunction:
             return fused
 
         traces += self.lower(trace, cctx, differentiate)[1:]
-        traces[-1] = grad_regions.regions(traces[-1], grad_mode, final_grad_mode)
+        traces[-1] = grad_regions.regions(traces[-1], grad_mode, call.final_grad_mode)
         host = [e for e in traced.eqns if e.prim.kind == "host"] + backward_host
         prologue = build_prologue(inputs, cctx.guards, host, ctx.symbolic, grad_mode,
                                   keyed=len(inputs) - len(captured),
@@ -566,14 +428,14 @@ class JitFunction:
         computation = compile_trace(traces[-1])
         if autocast.enabled():     # its casts are in the trace: none at run time
             computation = autocast.disabled(computation)
-        if rebindings is not None:
-            computation = module_state.rebinding(computation, rebindings)
-        if structure is not None:
-            computation = containers.rebuilding(computation, structure)
+        if call.rebindings is not None:
+            computation = module_state.rebinding(computation, call.rebindings)
+        if call.structure is not None:
+            computation = containers.rebuilding(computation, call.structure)
         if arguments is not None:
             prologue, computation = _taking_arguments(prologue, computation, arguments)
-        prologue = module_attributes.guarded(prologue, calls.reads, self.module)
-        cctx.extra["module_attributes"] = calls.reads
+        prologue = module_attributes.guarded(prologue, call.reads, self.module)
+        cctx.extra["module_attributes"] = call.reads
         return Entry(prologue, computation, traces, cctx.extra, cctx.guards,
                      ctx.specializations, backward, arguments=arguments, host=tuple(host))
 
@@ -688,3 +550,17 @@ def thin(jfn, *args, **kwargs):
 
 def last_entry(jfn) -> Entry:
     return _last(jfn)
+
+
+def explain(jfn, *args, **kwargs) -> diagnostics.Explanation:
+    """Traces `jfn` (a function returned by `ir.jit`) on these arguments and builds the entry
+    they would get, without running or timing a kernel and without caching it; returns what
+    fuses, what is left to torch and why, what symbolic mode specialized, and the guards.
+    For a function or module compiled by `torch.compile(..., backend="triton_exec")` (or an
+    `ir.dynamo.Backend`), no arguments: the text of `Backend.explain`, per graph compiled."""
+    from ir import dynamo       # it builds on this module
+    backend = dynamo.backend_of(jfn)
+    if backend is not None:
+        return backend.explain()
+    jfn = _jitted(jfn)
+    return diagnostics.explanation(jfn, jfn.compile_for_explain(jfn.bind(args, kwargs)))

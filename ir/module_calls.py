@@ -33,7 +33,9 @@ from torch.utils import _pytree as pytree
 
 from ir import module_attributes, modules, prims
 from ir.proxies import ACTIVE_TRACE, ScalarProxy, TensorProxy, hint
-from ir.tracing import TraceContext, new_tensor, record, specialize, tracing
+from ir.inputs import input_proxy
+from ir.recording import new_tensor, record, specialize
+from ir.tracing import TraceContext, tracing
 
 log = logging.getLogger("ir.fallbacks")
 
@@ -238,9 +240,8 @@ def _traced_apart(module, args, kwargs):
     """The outputs' metadata from tracing the forward of `module`'s class (without its hooks, or
     a forward replaced on the instance) in a trace of its own, on stand-ins of the arguments; the module's tensors become its inputs (a
     DTensor of a sharded module by its global shape)."""
-    from ir.jit import _input_proxy
     sub = TraceContext(symbolic=False)
-    sub.make_input = lambda name, tensor: _input_proxy(name, tensor, sub)
+    sub.make_input = lambda name, tensor: input_proxy(name, tensor, sub)
     sub.captured = lambda x: pytree.tree_map(
         lambda v: sub.capture(v) if isinstance(v, torch.Tensor)
         and not isinstance(v, TensorProxy) else v, x)

@@ -248,12 +248,12 @@ class JitModule(torch.nn.Module):
 
     def __reduce_ex__(self, protocol):
         """Copies and pickles as the original module and the jit options (not the cache)."""
-        return _rebuild, (self._orig_mod, self._jitted.options())
+        return _rebuild, (self._orig_mod, self._jitted.options(), type(self._jitted))
 
     def __repr__(self) -> str:
         return f"ir.jit({self._orig_mod!r})"
 
 
-def _rebuild(module, options: dict) -> JitModule:
-    from ir.jit import jit
-    return jit(module, **options)
+def _rebuild(module, options: dict, function_type) -> JitModule:
+    """`ir.jit(module, **options)` of a copied module (`function_type`: `ir.jit.JitFunction`)."""
+    return JitModule(module, function_type(module.forward, **options))

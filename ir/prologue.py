@@ -70,7 +70,8 @@ class Prologue:
 
 def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_mode: bool):
     """Appends (line, line after a key match) pairs; the second is None where the cache key
-    (`jit.arg_key`: types, dtypes, ranks, and in constant mode sizes and values) implies it."""
+    (`cache_keys.arg_key`: types, dtypes, ranks, and in constant mode sizes and values) implies
+    it."""
     if isinstance(value, TensorProxy):
         dtype = render(value.dtype)
         dev = _device_name(ns, value.device)
@@ -104,7 +105,7 @@ def _check_value(name: str, value, symbolic: bool, lines: list, ns: dict, grad_m
         for key, target, item in zip(keys, targets, value):   # constants are read in place
             _check_value(target if isinstance(item, Var) else f"{name}[{key!r}]", item, symbolic,
                          lines, ns, grad_mode)
-    elif type(value) is float:      # by bits, as the cache key (`jit.float_identity`)
+    elif type(value) is float:      # by bits, as the key (`cache_keys.float_identity`)
         same = f"{name} != {name}" if value != value else f"{name}.hex() == {value.hex()!r}"
         lines.append((f"if type({name}) is not float or not ({same}): return False", None))
     else:

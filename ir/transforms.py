@@ -10,7 +10,7 @@ gradients), with a warning once per reason.
 The check on every call reads two pieces of global state (about 70 ns): functorch's interpreter
 stack, not empty inside any `torch.func` transform, and forward AD's current level, not -1 inside
 `fwAD.dual_level()` (dual tensors exist only there). A tensor subclass is found by the cache key's
-type test (`jit.arg_key`), which plain tensors pass on their fast path.
+type test (`cache_keys.arg_key`), which plain tensors pass on their fast path.
 """
 from __future__ import annotations
 

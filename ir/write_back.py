@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from ir import prims, tracing
+from ir import prims, recording
 from ir.functionalize import current, record_helper
 from ir.proxies import TensorProxy
 from ir.trace import Eqn, map_vars
@@ -46,7 +46,7 @@ def _read_copies(ctx, inputs) -> None:
     differentiable fusion group) then saves the copy for backward, not the input that
     `copy_into` overwrites at the end."""
     for proxy in inputs:
-        read = tracing.new_tensor(proxy.shape, proxy.dtype, proxy.device, True)
+        read = recording.new_tensor(proxy.shape, proxy.dtype, proxy.device, True)
         copy = Eqn(prims.opaque, (proxy,), {"fn": torch.clone, "fn_name": "torch.clone",
                                             "kwargs": {}, "sequence": False}, (read,))
         eqns = [e if e.prim.kind == "host" else e.replace(

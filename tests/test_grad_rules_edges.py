@@ -2,7 +2,7 @@
 subnormal), huge, ordinary values, and ties. Each case calls its op once on the whole cartesian
 product of the edge values (every pair of a binary op, so every tie, and every triple of a clamp
 with tensor bounds), with incoming gradients that are edge values too; the cases together cover
-every prim of `ir.grad_rules.GRAD_RULES` (checked: a new rule needs a case here).
+every prim of `ir.ops.registry.GRAD_RULES` (checked: a new rule needs a case here).
 
 Exact ops (arithmetic, selects, clamp, data movement) must give eager's gradient bit for bit in
 every dtype. The others call transcendental functions (libdevice in the kernels, numpy under the
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import ir
-from ir.grad_rules import GRAD_RULES
+from ir.ops.registry import GRAD_RULES
 from test_fusible_ops import assert_near_eager, cancellation, eager_kernels, normal
 from test_semantics_unary import ulp
 

@@ -1,4 +1,4 @@
-"""Symbolic shapes through the ops left to torch (`ir.shape_rules`): in "symbolic values" mode
+"""Symbolic shapes through the ops left to torch (`ir.ops.opaque`): in "symbolic values" mode
 an op models use (linear, matmul, reductions over dims, softmax, norms, embedding, attention,
 losses, ...) gets its output shape as size expressions, so one cache entry serves every batch and
 sequence size; each op's result feeds a fused kernel, which reads the shape the rule gave. An op
@@ -247,8 +247,8 @@ def test_an_op_without_a_rule_specializes_and_says_so(caplog):
 
 
 def test_a_rule_that_disagrees_with_torch_falls_back_to_specializing(monkeypatch, caplog):
-    from ir import shape_rules
-    monkeypatch.setitem(shape_rules.SHAPE_RULES, torch.cumsum, lambda x, dim: [x.shape[:-1]])
+    from ir.ops.registry import SHAPE_RULES
+    monkeypatch.setitem(SHAPE_RULES, torch.cumsum, lambda x, dim: [x.shape[:-1]])
 
     def f(x):
         return torch.cumsum(x, -1) + 1

@@ -226,7 +226,7 @@ def test_an_input_only_unused_outputs_depend_on_gets_no_gradient():
 
 
 def test_every_fusible_prim_has_a_grad_rule():
-    from ir.grad_rules import GRAD_RULES
+    from ir.ops.registry import GRAD_RULES
     from ir.prims import COMPARE, PRIMS
     from triton_exec.rules import RULES
     non_differentiable = {PRIMS[name] for name in (*COMPARE, "full")}   # bool out; no input

@@ -17,7 +17,7 @@ import os
 import torch
 
 from ir import TensorProxy
-from ir.grad_rules import has_rule
+from ir.ops.vjp import has_rule
 from ir.proxies import same_shape
 from ir.trace import iter_vars
 from triton_exec import row_groups

@@ -1,5 +1,5 @@
 """What each prim means to the Triton executor, in one table keyed by the `Prim` object (as JAX
-keeps its rules beside its primitives, and `ir.grad_rules` keeps the grad rules).
+keeps its rules beside its primitives, and `ir.ops` keeps the grad rules beside each prim).
 
 A `Rule` says how the prim lowers to kernel code, whether it is a view (it moves or drops
 indices only: a group of views alone stays a free PyTorch view), on which dtypes it is fused, and

@@ -9,53 +9,28 @@ the call then specializes its sizes, as an op without a rule does). A rule guard
 the op needs (`x.shape[-1] == w.shape[1]`) as equalities between sizes, never by pinning them.
 
 The call still runs on meta tensors first, at the sizes' values in the traced call: that raises
-eager's errors and gives the output dtypes, and a rule's shapes are checked against it.
+eager's errors and gives the output dtypes, and a rule's shapes are checked against it. The
+rules of ops a family models otherwise (reductions, norms, `F.pad`) are in that family's module.
+
+The `opaque` prim is the equation such a call records (`ir.recording.opaque`): torch runs it.
 """
 from __future__ import annotations
-
-import functools
-import inspect
 
 import torch
 import torch.nn.functional as F
 
+from ir.ops.registry import SHAPE_RULES, TORCH_SOURCE, define, shape_rule as rule
+from ir.ops.shapes import _dim, _numel, broadcast_shape
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
-from ir.torch_ops import _dim, _numel, broadcast_shape
+from ir.trace import render
 
-SHAPE_RULES: dict = {}
-
-
-def rule(*targets):
-    """Registers a rule for torch callables given as objects or as names, a name standing for
-    each of `torch.<name>`, `torch.Tensor.<name>` and `F.<name>` that exists."""
-    def wrap(fn):
-        for target in targets:
-            if isinstance(target, str):
-                for space in (torch, torch.Tensor, F):
-                    if hasattr(space, target):
-                        SHAPE_RULES[getattr(space, target)] = fn
-            else:
-                SHAPE_RULES[target] = fn
-        return fn
-    return wrap
-
-
-def output_shapes(fn, args, kwargs):
-    """The symbolic shapes of fn(*args, **kwargs)'s outputs by its rule, or None (no rule, or a
-    signature the rule does not take)."""
-    found = SHAPE_RULES.get(fn)
-    if found is None:
-        return None
-    try:
-        _signature(found).bind(*args, **kwargs)
-    except TypeError:
-        return None
-    return found(*args, **kwargs)
-
-
-@functools.cache
-def _signature(fn) -> inspect.Signature:
-    return inspect.signature(fn)
+# A torch call the tracer does not model; one returning a sequence of one tensor (`x.split`)
+# is indexed, so its single output names the tensor, not the sequence.
+opaque_p = define("opaque", "opaque", None,
+                  lambda eqn: f"{eqn.params['fn_name']}({', '.join(render(a) for a in eqn.args)}"
+                  + "".join(f", {k}={render(v)}" for k, v in eqn.params['kwargs'].items())
+                  + ")" + ("[0]" if eqn.params.get("sequence") and len(eqn.outs) == 1 else ""))
+TORCH_SOURCE[opaque_p] = opaque_p.render_rhs
 
 
 def equal(a, b) -> None:
@@ -126,54 +101,7 @@ def equal_broadcast(shape, other) -> None:
     broadcast_shape(shape, other)
 
 
-# ---- reductions ---------------------------------------------------------------------------
-
-def reduced(input, dim, keepdim) -> tuple:
-    """input's shape reduced over `dim` (an int, a sequence of them, or None or () for all)."""
-    listed = dim if isinstance(dim, (tuple, list)) else () if dim is None else (dim,)
-    dims = {_dim(d, input.ndim) for d in listed} or set(range(input.ndim))
-    return tuple(1 if d in dims else s for d, s in enumerate(input.shape)
-                 if keepdim or d not in dims)
-
-
-@rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod", "count_nonzero",
-      "any", "all", "argmax", "argmin")
-def reduction(input, dim=None, keepdim=False, **kwargs):
-    return [reduced(input, dim, keepdim)]
-
-
-@rule("var", "std")
-def variance(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kwargs):
-    if isinstance(dim, bool):           # var(input, unbiased)
-        dim = None
-    return [reduced(input, dim, keepdim)]
-
-
-@rule("var_mean", "std_mean")
-def variance_and_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None,
-                      **kwargs):
-    return variance(input, dim, unbiased, keepdim) * 2
-
-
-@rule("max", "min")
-def max_min(input, dim=None, keepdim=False, **kwargs):
-    if isinstance(dim, TensorProxy):        # the binary form: torch.max(a, b)
-        return [broadcast_shape(input.shape, dim.shape)]
-    if dim is None:
-        return [()]
-    shape = reduced(input, dim, keepdim)
-    return [shape, shape]
-
-
-@rule(torch.linalg.vector_norm)
-def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None):
-    return [reduced(input, dim, keepdim)]
-
-
-@rule(torch.norm, torch.Tensor.norm)
-def norm(input, p="fro", dim=None, keepdim=False, **kwargs):
-    return [reduced(input, dim, keepdim)]
-
+# ---- other ops over dims --------------------------------------------------------------------
 
 @rule("cosine_similarity")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
@@ -363,16 +291,6 @@ def one_hot(input, num_classes=-1):
     return [input.shape + (num_classes,)]
 
 
-@rule(F.pad)
-def pad(input, pad, mode="constant", value=None):
-    """Pads of (before, after) widths from the last dim backwards (any mode)."""
-    shape = list(input.shape)
-    for i in range(len(pad) // 2):
-        d = input.ndim - 1 - i
-        shape[d] = shape[d] + pad[2 * i] + pad[2 * i + 1]
-    return [tuple(shape)]
-
-
 @rule(F.interpolate)
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
@@ -453,19 +371,7 @@ for _n in (1, 2, 3):        # F.max_pool2d and its kin reach the tracer under th
     rule(f"adaptive_max_pool{_n}d_with_indices")(_adaptive_pool(_n, indices=True))
 
 
-# ---- normalization, embedding, attention -----------------------------------------------------
-
-@rule(F.layer_norm, torch.layer_norm, F.rms_norm, torch.rms_norm)
-def normalization(input, normalized_shape, weight=None, bias=None, eps=None, *args):
-    normalized = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) \
-        else (normalized_shape,)
-    for a, b in zip(input.shape[input.ndim - len(normalized):], normalized):
-        equal(a, b)
-    for param in _tensors(weight, bias):
-        for a, b in zip(param.shape, normalized):
-            equal(a, b)
-    return [input.shape]
-
+# ---- embedding, attention -------------------------------------------------------------------
 
 @rule(F.embedding)
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,

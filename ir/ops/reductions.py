@@ -1,10 +1,11 @@
 """Reductions as decompositions into prims: `sum`, `mean`, `amax`/`amin` record the reduction
-prims (`prims.sum_`, `prims.amax`, `prims.amin`, reshaped back for `keepdim`); `softmax`,
-`log_softmax`, `logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them
-and elementwise prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16
-input, rounded once to the input's dtype). Registered into `ir.torch_ops`' handler tables on
-import. Anything outside what is modeled here (integer input, a `dtype=` argument, an implicit
-dim) stays an opaque torch call.
+prims (`sum_p`, `amax_p`, `amin_p`, reshaped back for `keepdim`); `softmax`, `log_softmax`,
+`logsumexp`, `var`/`std`, `F.rms_norm` and `F.layer_norm` are written with them and elementwise
+prims, as ATen writes them (softmax, var, the norms in fp32 for fp16/bf16 input, rounded once to
+the input's dtype). Anything outside what is modeled here (integer input, a `dtype=` argument,
+an implicit dim) stays an opaque torch call, whose shape rules are here too (with those of the
+reductions left to torch: `prod`, `argmax`, `max(dim)`, norms). The grad rules: a sum's gradient
+broadcast back, amax/amin's split evenly among the elements equal to the result.
 """
 from __future__ import annotations
 
@@ -13,12 +14,32 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ir import prims
+from ir.ops.casts import convert, convert_element_type_p
+from ir.ops.movement import broadcast_in_dim_p, reshape_p
+from ir.ops.opaque import _tensors, equal
+from ir.ops.registry import HANDLERS, TORCH_SOURCE, define, grad_rule, register, shape_rule
+from ir.ops.scalars import meta_dtype
+from ir.ops.shapes import _dim, _same, broadcast_shape
+from ir.ops.vjp import div, emit, eq, mul
 from ir.proxies import IntProxy, TensorProxy, hint
-from ir.tracing import bind, opaque
-from ir.torch_ops import HANDLERS, _dim, convert, meta_dtype, register
+from ir.recording import bind, opaque
+from ir.trace import render
 
 _NARROW = (torch.float16, torch.bfloat16)
+
+
+# Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after); an
+# executor may fuse those it can (over the innermost dims), torch runs the others.
+def _reduced_meta(t, *, dims):
+    return _same(t, shape=[s for d, s in enumerate(t.shape) if d not in dims])
+
+
+sum_p = define("sum", "tensor", _reduced_meta)
+amax_p = define("amax", "tensor", _reduced_meta)
+amin_p = define("amin", "tensor", _reduced_meta)
+REDUCTIONS = (sum_p, amax_p, amin_p)
+for _prim in REDUCTIONS:        # as torch runs them: `t0.sum((1,))`
+    TORCH_SOURCE[_prim] = lambda e: f"{e.args[0].name}.{e.prim.name}({render(e.params['dims'])})"
 
 
 def _dims(x, dim) -> tuple:
@@ -38,7 +59,7 @@ def _count(x, dims):
 
 def _keep(x, result, dims):
     """The reduced result with size-1 dims where `dims` were (keepdim=True)."""
-    return bind(prims.reshape, result, tuple(1 if d in dims else s for d, s in enumerate(x.shape)))
+    return bind(reshape_p, result, tuple(1 if d in dims else s for d, s in enumerate(x.shape)))
 
 
 def reduce(prim, x, dims, keepdim):
@@ -58,7 +79,7 @@ def sum_(input, dim=None, keepdim=False, *, dtype=None):
     if not _modeled(input) or dtype is not None:
         return opaque(torch.sum, (input, dim, keepdim) if dim is not None else (input,),
                       {"dtype": dtype})
-    return reduce(prims.sum_, input, _dims(input, dim), keepdim)
+    return reduce(sum_p, input, _dims(input, dim), keepdim)
 
 
 @register(torch.mean, torch.Tensor.mean, methods=("mean",))
@@ -68,7 +89,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
         args = (input,) if dim is None else (input, dim, keepdim)
         return opaque(torch.mean, args, {"dtype": dtype})
     dims = _dims(input, dim)
-    total = reduce(prims.sum_, _upcast(input), dims, keepdim)
+    total = reduce(sum_p, _upcast(input), dims, keepdim)
     return convert(HANDLERS[torch.div](total, _count(input, dims)), input.dtype)
 
 
@@ -83,8 +104,8 @@ def _extremum(prim, fn):
     return handler
 
 
-register(torch.amax, torch.Tensor.amax, methods=("amax",))(_extremum(prims.amax, torch.amax))
-register(torch.amin, torch.Tensor.amin, methods=("amin",))(_extremum(prims.amin, torch.amin))
+register(torch.amax, torch.Tensor.amax, methods=("amax",))(_extremum(amax_p, torch.amax))
+register(torch.amin, torch.Tensor.amin, methods=("amin",))(_extremum(amin_p, torch.amin))
 
 
 def _upcast(x):
@@ -95,9 +116,9 @@ def _upcast(x):
 def _softmax_parts(x, dim):
     """(x - max, sum(exp(x - max))) over dim, kept: the shared half of softmax and log_softmax."""
     dims = (_dim(dim, x.ndim),)
-    shifted = HANDLERS[torch.sub](x, reduce(prims.amax, x, dims, True))
+    shifted = HANDLERS[torch.sub](x, reduce(amax_p, x, dims, True))
     exp = HANDLERS[torch.exp](shifted)
-    return shifted, exp, reduce(prims.sum_, exp, dims, True)
+    return shifted, exp, reduce(sum_p, exp, dims, True)
 
 
 def _softmax_like(fn, log: bool):
@@ -128,18 +149,18 @@ def logsumexp(input, dim, keepdim=False):
     if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     if any(hint(input.shape[d]) == 0 for d in dims):
-        return HANDLERS[torch.log](reduce(prims.sum_, HANDLERS[torch.exp](input), dims, keepdim))
-    peak = reduce(prims.amax, input, dims, True)
+        return HANDLERS[torch.log](reduce(sum_p, HANDLERS[torch.exp](input), dims, keepdim))
+    peak = reduce(amax_p, input, dims, True)
     finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf), 0.0, peak)
-    total = reduce(prims.sum_, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
+    total = reduce(sum_p, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
     return HANDLERS[torch.add](HANDLERS[torch.log](total), finite if keepdim else bind(
-        prims.reshape, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
+        reshape_p, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
 
 
 def _centered(xf, dims, n):
     """x - mean(x), the mean summed from x / N: finite wherever eager's (Welford's) is, where
     sum(x) / N would overflow for values near the dtype's largest."""
-    return HANDLERS[torch.sub](xf, reduce(prims.sum_, HANDLERS[torch.div](xf, n), dims, True))
+    return HANDLERS[torch.sub](xf, reduce(sum_p, HANDLERS[torch.div](xf, n), dims, True))
 
 
 def _variance(x, dims, correction, keepdim):
@@ -147,7 +168,7 @@ def _variance(x, dims, correction, keepdim):
     xf = _upcast(x)
     n = _count(x, dims)
     centered = _centered(xf, dims, n)
-    squares = reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, keepdim)
+    squares = reduce(sum_p, HANDLERS[torch.mul](centered, centered), dims, keepdim)
     divisor = n - correction
     if not isinstance(divisor, IntProxy) and divisor < 0:
         divisor = 0
@@ -188,7 +209,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     dims = _norm_dims(input, normalized_shape)
     xf = _upcast(input)
     eps = torch.finfo(xf.dtype).eps if eps is None else eps
-    ms = HANDLERS[torch.div](reduce(prims.sum_, HANDLERS[torch.mul](xf, xf), dims, True),
+    ms = HANDLERS[torch.div](reduce(sum_p, HANDLERS[torch.mul](xf, xf), dims, True),
                         _count(input, dims))
     result = convert(HANDLERS[torch.mul](xf, HANDLERS[torch.rsqrt](HANDLERS[torch.add](ms, eps))), input.dtype)
     return result if weight is None else HANDLERS[torch.mul](result, weight)
@@ -205,10 +226,96 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     xf = _upcast(input)
     n = _count(input, dims)
     centered = _centered(xf, dims, n)
-    var = HANDLERS[torch.div](reduce(prims.sum_, HANDLERS[torch.mul](centered, centered), dims, True), n)
+    var = HANDLERS[torch.div](reduce(sum_p, HANDLERS[torch.mul](centered, centered), dims, True), n)
     result = HANDLERS[torch.mul](centered, HANDLERS[torch.rsqrt](HANDLERS[torch.add](var, eps)))
     if weight is not None:
         result = HANDLERS[torch.mul](result, _upcast(weight))
     if bias is not None:
         result = HANDLERS[torch.add](result, _upcast(bias))
     return convert(result, input.dtype)
+
+
+# ---- shape rules of the calls left to torch (`ir.ops.opaque`) -------------------------------
+
+def reduced(input, dim, keepdim) -> tuple:
+    """input's shape reduced over `dim` (an int, a sequence of them, or None or () for all)."""
+    listed = dim if isinstance(dim, (tuple, list)) else () if dim is None else (dim,)
+    dims = {_dim(d, input.ndim) for d in listed} or set(range(input.ndim))
+    return tuple(1 if d in dims else s for d, s in enumerate(input.shape)
+                 if keepdim or d not in dims)
+
+
+@shape_rule("sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "prod",
+            "count_nonzero", "any", "all", "argmax", "argmin")
+def reduction(input, dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule("var", "std")
+def variance(input, dim=None, unbiased=None, keepdim=False, *, correction=None, **kwargs):
+    if isinstance(dim, bool):           # var(input, unbiased)
+        dim = None
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule("var_mean", "std_mean")
+def variance_and_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None,
+                      **kwargs):
+    return variance(input, dim, unbiased, keepdim) * 2
+
+
+@shape_rule("max", "min")
+def max_min(input, dim=None, keepdim=False, **kwargs):
+    if isinstance(dim, TensorProxy):        # the binary form: torch.max(a, b)
+        return [broadcast_shape(input.shape, dim.shape)]
+    if dim is None:
+        return [()]
+    shape = reduced(input, dim, keepdim)
+    return [shape, shape]
+
+
+@shape_rule(torch.linalg.vector_norm)
+def vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule(torch.norm, torch.Tensor.norm)
+def norm(input, p="fro", dim=None, keepdim=False, **kwargs):
+    return [reduced(input, dim, keepdim)]
+
+
+@shape_rule(F.layer_norm, torch.layer_norm, F.rms_norm, torch.rms_norm)
+def normalization(input, normalized_shape, weight=None, bias=None, eps=None, *args):
+    normalized = tuple(normalized_shape) if isinstance(normalized_shape, (tuple, list, torch.Size)) \
+        else (normalized_shape,)
+    for a, b in zip(input.shape[input.ndim - len(normalized):], normalized):
+        equal(a, b)
+    for param in _tensors(weight, bias):
+        for a, b in zip(param.shape, normalized):
+            equal(a, b)
+    return [input.shape]
+
+
+# ---- grad rules -----------------------------------------------------------------------------
+
+def _restored(ct, t, dims):
+    """A reduced cotangent broadcast back over the reduced dims to t's shape."""
+    kept = tuple(d for d in range(t.ndim) if d not in dims)
+    return emit(broadcast_in_dim_p, ct, tuple(t.shape), dims=kept, like=t)
+
+
+@grad_rule(sum_p)
+def _sum(eqn, cts):
+    t = eqn.args[0]
+    return [(t, _restored(cts[0], t, eqn.params["dims"]))]
+
+
+@grad_rule(amax_p, amin_p)
+def _extremum_grad(eqn, cts):
+    """As eager's amax/amin backward: the gradient split evenly among the elements equal to the
+    result (`grad / count * mask`)."""
+    t, dims = eqn.args[0], eqn.params["dims"]
+    hits = eq(t, _restored(eqn.out, t, dims))
+    count = emit(sum_p, emit(convert_element_type_p, hits, dtype=t.dtype), dims=dims)
+    share = _restored(div(cts[0], count), t, dims)
+    return [(t, mul(share, emit(convert_element_type_p, hits, dtype=t.dtype)))]
