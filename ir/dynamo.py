@@ -41,7 +41,7 @@ from ir import diagnostics, dynamo_split
 from ir.dynamo_guards import thin_guards
 from ir.dynamo_split import NodeTracker
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
-from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
+from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction, explain as jit_explain
 from ir.prologue import build_guard_check
 
 log = logging.getLogger("ir.dynamo")
@@ -321,6 +321,15 @@ def backend_of(compiled) -> Backend | None:
     backend = torch._dynamo.eval_frame.innermost_backend(context.callback)
     backend = getattr(backend, "compiler_fn", backend)     # torch.compile's wrapper
     return backend if isinstance(backend, Backend) else None
+
+
+def explain(fn, *args, **kwargs):
+    """`ir.explain`: for a function or module compiled by `torch.compile(...,
+    backend="triton_exec")` (or an `ir.dynamo.Backend`), no arguments, the text of
+    `Backend.explain` (per graph of that backend); for a function of `ir.jit`, its
+    `ir.jit.explain(fn, *args, **kwargs)`."""
+    backend = backend_of(fn)
+    return backend.explain() if backend is not None else jit_explain(fn, *args, **kwargs)
 
 
 def _check_executor(ex) -> None:

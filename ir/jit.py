@@ -555,12 +555,6 @@ def last_entry(jfn) -> Entry:
 def explain(jfn, *args, **kwargs) -> diagnostics.Explanation:
     """Traces `jfn` (a function returned by `ir.jit`) on these arguments and builds the entry
     they would get, without running or timing a kernel and without caching it; returns what
-    fuses, what is left to torch and why, what symbolic mode specialized, and the guards.
-    For a function or module compiled by `torch.compile(..., backend="triton_exec")` (or an
-    `ir.dynamo.Backend`), no arguments: the text of `Backend.explain`, per graph compiled."""
-    from ir import dynamo       # it builds on this module
-    backend = dynamo.backend_of(jfn)
-    if backend is not None:
-        return backend.explain()
+    fuses, what is left to torch and why, what symbolic mode specialized, and the guards."""
     jfn = _jitted(jfn)
     return diagnostics.explanation(jfn, jfn.compile_for_explain(jfn.bind(args, kwargs)))
