@@ -93,7 +93,7 @@ def split_graphs(backend: Backend) -> list[CompiledGraph]:
     return [g for g in backend.graphs if g.split is not None]
 
 
-@settings(max_examples=8)
+@settings(max_examples=20)
 @given(program=split_programs(), seed=st.integers(0, 2**16), dynamic=st.booleans())
 def test_programs_with_blocks_and_refused_ops_split_instead_of_running_on_pytorch(
         program, seed, dynamic):
