@@ -85,16 +85,23 @@ _STATE_SOURCE = ("(torch.is_autocast_enabled('cpu'), torch.get_autocast_dtype('c
                  "torch.is_autocast_cache_enabled())")
 
 
-def state() -> tuple:
-    """The autocast state eager consults: enabled and dtype per device type, and the cast cache
-    flag (part of the cache key)."""
+OFF = "off"     # the state while autocast is off for every device type: its dtypes do not matter
+
+
+def state():
+    """The autocast state eager consults (part of the cache key): `OFF`, or enabled and dtype per
+    device type and the cast cache flag. Off, it is one query."""
+    if not torch._C._is_any_autocast_enabled():
+        return OFF
     return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
             torch.is_autocast_cache_enabled())
 
 
-def describe(s: tuple) -> str:
+def describe(s) -> str:
     """A `state()` for people: `cpu bfloat16`, `off`, with `, no cast cache` where it is off."""
+    if s == OFF:
+        return OFF
     on = [f"{d} {str(dtype).removeprefix('torch.')}" for d, (enabled, dtype)
           in zip(DEVICE_TYPES, (s[0:2], s[2:4])) if enabled]
     return (" and ".join(on) or "off") + ("" if s[4] else ", no cast cache")
@@ -107,7 +114,10 @@ def enabled() -> bool:
 
 def prologue_check() -> str:
     """The prologue's line rejecting another autocast state than this moment's."""
-    return f"if {_STATE_SOURCE} != ({', '.join(map(repr, state()))}): return False"
+    s = state()
+    if s == OFF:
+        return "if torch._C._is_any_autocast_enabled(): return False"
+    return f"if {_STATE_SOURCE} != ({', '.join(map(repr, s))}): return False"
 
 
 def _eligible(x, device_type: str) -> bool:

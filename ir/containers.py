@@ -10,6 +10,9 @@ dataclasses registered with pytree, at any depth.
   `**kwargs` dict is passed as it is (the common case costs nothing more).
 - The traced function receives each container rebuilt around its leaves' proxies (`rebuild`): a
   list argument is a list, a namedtuple a namedtuple.
+- A `torch.Size` stays a `torch.Size` everywhere the traced code or the caller sees it
+  (`unflatten`, `tree_map`): torch registers it with pytree to unflatten as a plain tuple (for its
+  own tracer's sake), which would otherwise turn `return x.shape` into a tuple.
 - Outputs: a structure of plain tuples, lists and dicts is the trace's own return value; any other
   structure is returned by the trace as its flat leaves and rebuilt at each call
   (`output_structure`). A leaf that is neither a tensor nor a number is refused, naming its path
@@ -28,7 +31,7 @@ _PLAIN = (tuple, list, dict)
 # leaves an output may hold besides traced values: numbers, and literals that generated code
 # writes as themselves
 _OUTPUT_LITERALS = (bool, int, float, complex, str, type(None), torch.dtype, torch.layout,
-                    torch.memory_format)
+                    torch.memory_format, torch.device)
 
 
 class Keywords(dict):
@@ -64,13 +67,36 @@ def leaf_names(name: str, a) -> list[str]:
             for path, _ in pytree.tree_flatten_with_path(a)[0]]
 
 
+def unflatten(leaves, spec):
+    """`pytree.tree_unflatten`, except that a torch.Size node is rebuilt as a torch.Size."""
+    if spec.type is torch.Size:
+        return torch.Size(leaves)
+    if not _holds_size(spec):
+        return spec.unflatten(leaves)
+    leaves, children, start = list(leaves), [], 0
+    for child in spec.children():
+        children.append(unflatten(leaves[start:start + child.num_leaves], child))
+        start += child.num_leaves
+    return pytree.SUPPORTED_NODES[spec.type].unflatten_fn(children, spec.context)
+
+
+def _holds_size(spec) -> bool:
+    return spec.type is torch.Size or any(map(_holds_size, spec.children()))
+
+
+def tree_map(fn, tree):
+    """`pytree.tree_map` keeping torch.Size nodes torch.Size."""
+    leaves, spec = pytree.tree_flatten(tree)
+    return unflatten([fn(x) for x in leaves], spec)
+
+
 def rebuild(argument, traced):
     """The traced function's view of an argument: `traced` (the traces' input: a proxy, or the
     tuple or dict of a container's leaves' proxies) in the container `argument` is."""
     if pytree.tree_is_leaf(argument):
         return traced
     leaves = traced.values() if isinstance(traced, dict) else traced
-    return pytree.tree_unflatten(list(leaves), pytree.tree_structure(argument))
+    return unflatten(list(leaves), pytree.tree_structure(argument))
 
 
 def _is_plain(x) -> bool:
@@ -101,8 +127,6 @@ def output_structure(outputs):
 def rebuilding(computation, spec):
     """The computation returning its outputs in the structure `spec` (its trace returns them
     flat)."""
-    unflatten = pytree.tree_unflatten
-
     def computation_in_structure(*args):
         return unflatten(computation(*args), spec)
     return computation_in_structure

@@ -40,6 +40,20 @@ def eager_checks(func, args, kwargs) -> None:
         run("cpu")
 
 
+def data_free_refusal(func, args, kwargs) -> None:
+    """Raises eager's exception where func (which reads its tensors' data) refuses these
+    arguments whatever their data: `bool()` or `.item()` of a tensor of several elements or none,
+    an index from a float tensor. It runs on meta tensors, whose refusal to read data (an error
+    naming meta, or no meta kernel) is not eager's."""
+    try:
+        func(*_stand_in(args, "meta"), **{k: _stand_in(v, "meta") for k, v in kwargs.items()})
+    except NotImplementedError:
+        pass
+    except Exception as error:     # noqa: BLE001  (eager decides what is raised)
+        if "meta" not in str(error):
+            raise
+
+
 # torch functions returning a Python value of their tensors' data
 _READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
               torch.is_nonzero: "torch.is_nonzero", torch.Tensor.item: ".item()",
@@ -49,8 +63,7 @@ _READ_DATA = {torch.equal: "torch.equal", torch.allclose: "torch.allclose",
 
 def call_torch(func, args, kwargs):
     if func in _READ_DATA:
-        current().reads_data(_READ_DATA[func], next(
-            x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)))
+        current().reads_data(_READ_DATA[func], func, args, kwargs)
     handler = HANDLERS.get(func)
     with current().op(_opaque_name(func)):
         if handler is None:
@@ -83,8 +96,12 @@ def tensor_method(self, name: str):
     if name in METHODS:
         return functools.partial(_method_call, name, METHODS[name], self)
     method = getattr(torch.Tensor, name, None)
-    if method is None or not callable(method):
+    if method is None:
         raise AttributeError(f"traced tensor has no attribute {name!r}")
+    if not callable(method):    # eager's tensors have it: not an AttributeError (`hasattr`)
+        raise NotImplementedError(
+            f"ir.jit: Tensor.{name} of a traced tensor is not supported (it is autograd's or "
+            f"the storage's state at run time); run code reading it eagerly")
     return functools.partial(_opaque_method, name, method, self)
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from ir import dispatch, prims, recording
+from ir import containers, dispatch, prims, recording
 from ir.ops import casts, elementwise, factories, movement, shapes
 from ir.ops.registry import SHAPE_RULES
 from ir.proxies import TensorProxy, hint, same_shape
@@ -49,7 +49,8 @@ VIEW_OPS = frozenset({
     "select", "split", "split_with_sizes", "chunk", "tensor_split", "hsplit", "vsplit", "dsplit",
     "unbind", "diagonal", "unfold", "as_strided", "detach", "alias", "contiguous", "to",
     "type_as", "float", "half", "double", "bfloat16", "int", "long", "bool", "atleast_1d",
-    "atleast_2d", "atleast_3d", "ravel"})
+    "atleast_2d", "atleast_3d", "ravel", "data"})
+_DETACHING = frozenset({"detach", "data"})
 # reading these of a tensor freezes its value into the trace
 _DATA_READS = frozenset({"__float__", "__int__", "__bool__", "__index__", "__complex__", "item",
                          "tolist", "numpy", "__array__", "__format__"})
@@ -62,6 +63,7 @@ class View:
     meta: torch.Tensor      # a meta tensor laid out as eager lays the view out
     synced: int             # the root's version its value was last derived at
     sibling: bool = False   # one of several views one op returned (split, chunk, unbind)
+    detached: bool = False  # made through `detach()` / `.data`: its writes are not autograd's
 
 
 @dataclasses.dataclass
@@ -100,36 +102,64 @@ def resolve(ctx, x):
     """x with each proxy replaced by its current value."""
     if not ctx.mutations.values:
         return x
-    return pytree.tree_map(lambda v: current(ctx, v) if isinstance(v, TensorProxy) else v, x)
+    return containers.tree_map(
+        lambda v: current(ctx, v) if isinstance(v, TensorProxy) else v, x)
 
 
 def write(ctx, target: TensorProxy, value) -> TensorProxy:
     """Makes `value` the contents of `target` from now on, converted and broadcast to it as an
-    in-place op stores its result; through a view, the view's root changes too."""
+    in-place op stores its result; through a view, the view's root changes too. A write autograd
+    does not see (in a no_grad block, or through `detach()` / `.data`) into a tensor that
+    requires grad changes its values only: its gradient still flows to its old history."""
     m = ctx.mutations
     view = m.views.get(id(target))
     root = view.base if view is not None else target
-    _check_writable(ctx, root, view)
-    if (view is not None and view.sibling and torch.is_grad_enabled()
+    detached = view is not None and view.detached
+    input_leaf(ctx, root)
+    if not detached:
+        _check_writable(ctx, root, view)
+    hidden = (detached or not torch.is_grad_enabled()) and current(ctx, root).requires_grad
+    if (view is not None and view.sibling and torch.is_grad_enabled() and not hidden
             and current(ctx, target).requires_grad):
         _sibling_view_error(modify_base=False)
-    value = ctx.run(_fit, ctx, target, value)
+    value = ctx.run(_fit, ctx, target, value, hidden)
     if id(root) in ctx.input_layouts and any(v.base is root for v in m.views.values()):
         # guards it: which ops made views depends on its layout
         ctx.run(movement.layout_meta, root)
-    if view is None:
-        m.values[id(root)] = (root, value)
-    else:
-        m.values[id(root)] = (root, ctx.run(_scatter, current(ctx, root), view.fn, value))
+    old = current(ctx, root)
+    new = value if view is None else ctx.run(_scatter, old, view.fn, value)
+    if hidden:
+        with torch.enable_grad():
+            new = ctx.run(record_helper, values_behind_autograd, (old, new),
+                          [(root.shape, root.dtype)])[0]
+    m.values[id(root)] = (root, new)
     version = m.versions[id(root)] = m.versions.get(id(root), 0) + 1
-    if view is not None:
+    if view is not None and not hidden:     # else derived again from the root, with its history
         m.values[id(target)] = (target, value)
         view.synced = version
     return target
 
 
-def _fit(ctx, target, value):
-    """value as target's dtype and shape (a number filled in)."""
+class _BehindAutograd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, old, new):
+        return new.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def values_behind_autograd(old, new):
+    """`new`'s values with `old`'s autograd history: what a write autograd does not see leaves
+    in a tensor that requires grad (eager's graph still holds the old history, and the gradient
+    reaches it unchanged)."""
+    return _BehindAutograd.apply(old, new)
+
+
+def _fit(ctx, target, value, hidden: bool = False):
+    """value as target's dtype and shape (a number filled in); where autograd sees the write
+    (not `hidden`), it requires grad if target did."""
     if not isinstance(value, TensorProxy):
         value = factories.full(target.shape, value, dtype=target.dtype, device=target.device)
     value = casts.convert(value, target.dtype)
@@ -137,11 +167,37 @@ def _fit(ctx, target, value):
         shapes.broadcast_shape(target.shape, value.shape)    # guards the sizes it relies on
         value = movement.expand_to(value, target.shape)
     old = current(ctx, target)
-    if old.requires_grad and not value.requires_grad:
+    if old.requires_grad and not value.requires_grad and not hidden:
         # eager's result keeps requiring grad (a zero gradient flows to the old value)
         never = factories.full(target.shape, False, dtype=torch.bool, device=target.device)
         value = elementwise.where(never, old, value)
     return value
+
+
+def requires_grad_now(ctx, x) -> bool:
+    """Whether x requires grad as the traced code sees it: the value an in-place op last wrote
+    into it does (or x itself)."""
+    entry = ctx.mutations.values.get(id(x))
+    return (x if entry is None else entry[1])._requires_grad
+
+
+def is_leaf(ctx, x) -> bool:
+    """`x.is_leaf` of a tensor the traced code holds: one that does not require grad is a leaf,
+    one computed (or written) with a value that requires grad is not, and an input that
+    requires grad is a leaf or not as the caller made it (`input_leaf`)."""
+    if not requires_grad_now(ctx, x):
+        return True
+    return x._requires_grad and input_leaf(ctx, x)
+
+
+def input_leaf(ctx, x) -> bool:
+    """Whether x is an input that requires grad and is a leaf, guarded: eager's checks of a
+    write into it, and its write-back, depend on it."""
+    if id(x) not in ctx.input_layouts or not x._requires_grad:
+        return False
+    leaf = id(x) in ctx.mutations.leaves
+    ctx.add_guard(("is_leaf", x, leaf))
+    return leaf
 
 
 def _check_writable(ctx, root, view) -> None:
@@ -260,18 +316,22 @@ def note_views(ctx, name: str, self, result, replay, meta_run) -> None:
     except Exception:       # noqa: BLE001  (the op ran on proxies; its meta run is only a probe)
         return
     metas = metas if isinstance(metas, (tuple, list)) else (metas,)
-    storage = _storage_root(self_meta)
+    storage = _storage(self_meta)
     for i, (out, meta) in enumerate(zip(outs, metas)):
         if (isinstance(out, TensorProxy) and out is not self and isinstance(meta, torch.Tensor)
-                and _storage_root(meta) is storage):
+                and _storage(meta) == storage):
             sequence = isinstance(result, (tuple, list))
             m.views[id(out)] = View(root, _derivation(parent, replay, i, sequence), meta,
                                     m.versions.get(id(root), 0),
-                                    sibling=sequence or (parent is not None and parent.sibling))
+                                    sibling=sequence or (parent is not None and parent.sibling),
+                                    detached=name in _DETACHING or (parent is not None
+                                                                     and parent.detached))
 
 
-def _storage_root(meta):
-    return meta._base if meta._base is not None else meta
+def _storage(meta) -> int:
+    """The identity of meta's storage: a view shares it, and so does an alias that autograd does
+    not call a view (`detach()`, `.data`)."""
+    return meta.untyped_storage()._cdata
 
 
 def _derivation(parent, replay, index, sequence):
@@ -354,6 +414,8 @@ def tensor_method(ctx, self, name: str):
     if is_in_place_name(name) and hasattr(torch.Tensor, name):
         return lambda *args, **kwargs: ctx.run(in_place_method, ctx, name, self,
                                                *ctx.run(ctx.captured, (args, kwargs)))
+    if name == "is_leaf":       # of the tensor the code holds, not of its current value
+        return ctx.run(is_leaf, ctx, self)
     attribute = ctx.run(dispatch.tensor_method, current(ctx, self), name)
     if not callable(attribute):
         note_views(ctx, name, self, attribute, lambda b: dispatch.tensor_method(b, name),

@@ -29,7 +29,7 @@ from ir.inputs import input_proxy
 from ir.prologue import Prologue, build_prologue
 from ir.proxies import TensorProxy, Var
 from ir.recording import opaque
-from ir.trace import Trace, iter_vars
+from ir.trace import Trace, check_defined, iter_vars
 from ir.tracing import TraceContext, tracing
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
@@ -62,6 +62,13 @@ class Entry:
     # None where they are the same
     arguments: object = None
     host: tuple = ()    # the host equations (shape queries, size math) the guards may read
+
+
+class BoundCall(tuple):
+    """A call's values, one per parameter of fn, and `form`: how the caller passed them (the
+    number of positional arguments, the keyword names). Decorators of fn may read their *args and
+    **kwargs (transformers' read `use_cache` from either), so fn is traced as the call called it,
+    and the form is part of the cache key."""
 
 
 @dataclasses.dataclass
@@ -194,26 +201,32 @@ class JitFunction:
         return {"executors": executors, "cache": self.cache_mode, "cache_limit": self.cache_limit}
 
     def bind(self, args, kwargs):
-        """One value per parameter of fn (a tuple for *args, a dict for **kwargs)."""
+        """One value per parameter of fn (a tuple for *args, a dict for **kwargs): the call's
+        arguments, or a `BoundCall` that also says how they were passed."""
         if not kwargs and len(args) == self.plain_arity:
             return args
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return tuple(Keywords(v) if kind is _VAR_KEYWORD else v
-                     for v, kind in zip(bound.arguments.values(), self.param_kinds))
+        values = BoundCall(Keywords(v) if kind is _VAR_KEYWORD else v
+                           for v, kind in zip(bound.arguments.values(), self.param_kinds))
+        values.form = (len(args), tuple(kwargs))
+        return values
 
-    def call_fn(self, values):
-        """fn called with one value per parameter, each passed as its kind requires."""
+    def call_fn(self, values, form=None):
+        """fn called with one value per parameter, each passed as its kind requires; with a
+        `BoundCall.form`, as that call passed them (a parameter it left to its default is left
+        out)."""
         positional, keywords = [], {}
-        for name, kind, value in zip(self.param_names, self.param_kinds, values):
-            if kind in (_POSITIONAL, _POSITIONAL_ONLY):
-                positional.append(value)
-            elif kind is _VAR_POSITIONAL:
+        given, named = form if form is not None else (len(self.param_names), None)
+        for i, (name, kind, value) in enumerate(zip(self.param_names, self.param_kinds, values)):
+            if kind is _VAR_POSITIONAL:
                 positional.extend(value)
-            elif kind is _KEYWORD_ONLY:
-                keywords[name] = value
-            else:
+            elif kind is _VAR_KEYWORD:
                 keywords.update(value)
+            elif kind is not _KEYWORD_ONLY and i < given:
+                positional.append(value)
+            elif named is None or name in named:
+                keywords[name] = value
         return self.fn(*positional, **keywords)
 
     def key(self, args):
@@ -229,6 +242,8 @@ class JitFunction:
                 except UnsupportedArgument as e:
                     raise TypeError(f"ir.jit: argument {name!r}: {e}") from None
             raise
+        if type(args) is BoundCall:
+            key = (*key, args.form)
         if self.module is not None:
             return (modules.structure_key(self.module), *key)
         return key
@@ -236,6 +251,8 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
         args = self.bind(args, kwargs)
         entry = self.lookup(args)
+        if entry is self.eager_entry:   # fn itself, called as the caller called it
+            return self.call_fn(args, getattr(args, "form", None))
         return entry.computation(*args)
 
     def lookup(self, args) -> Entry:
@@ -369,7 +386,8 @@ class JitFunction:
                 inputs = ctx.run(lambda: tuple((name, input_proxy(name, a, ctx))
                                                for name, a in zip(names, args)))
                 outputs = self.call_fn([containers.rebuild(a, ctx.run(_resolved, value))
-                                        for (_, value), a in zip(inputs, args)])
+                                        for (_, value), a in zip(inputs, args)],
+                                       getattr(args, "form", None))
                 outputs, structure = containers.output_structure(ctx.run(ctx.captured, outputs))
                 outputs, rebindings = ctx.run(self.state_outputs, ctx, inputs, outputs,
                                               rebound())
@@ -401,6 +419,7 @@ class JitFunction:
         ctx.canonicalize_shapes(v for v in iter_vars((inputs, [(e.args, e.outs) for e in ctx.eqns]))
                                 if isinstance(v, TensorProxy))
         traced = Trace("computation", inputs, tuple(ctx.eqns), outputs, "Constructed by tracing")
+        check_defined(traced)
         traces = [traced]
         trace = traced
         values = _paired_values(inputs, args)

@@ -31,7 +31,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils import _pytree as pytree
 
-from ir import module_attributes, modules, prims
+from ir import containers, module_attributes, modules, prims
 from ir.proxies import ACTIVE_TRACE, ScalarProxy, TensorProxy, hint
 from ir.inputs import input_proxy
 from ir.recording import new_tensor, record, specialize
@@ -127,7 +127,7 @@ class ModuleCall:
         leaves = list(self.arg_leaves)
         for i, tensor in zip(self.tensor_at, tensors):
             leaves[i] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, self.arg_spec)
+        args, kwargs = containers.unflatten(leaves, self.arg_spec)
         flat, spec = pytree.tree_flatten(self.module(*args, **kwargs))
         if spec != self.out_spec or any(not _matches(x, e) for x, e in zip(flat, self.expected)):
             raise RuntimeError(
@@ -175,7 +175,7 @@ def record_call(ctx: TraceContext, calls: _Calls, module, args, kwargs, reason: 
                 for s in x.shape:
                     specialize(s)
         flat = [specialize(x) if isinstance(x, ScalarProxy) else x for x in flat]
-        args, kwargs = pytree.tree_unflatten(flat, arg_spec)
+        args, kwargs = containers.unflatten(flat, arg_spec)
         outputs = ctx.run(_output_metadata, module, args, kwargs, traceable)
     out_flat, out_spec = pytree.tree_flatten(outputs)
     outs = [new_tensor(m.shape, m.dtype, m.device, m.requires_grad)
@@ -191,8 +191,8 @@ def record_call(ctx: TraceContext, calls: _Calls, module, args, kwargs, reason: 
     log.info("%s: module %r (%s) runs as an opaque call in eager: %s", name, path,
              type(module).__name__, reason)
     tensors = iter(outs)
-    return pytree.tree_unflatten([next(tensors) if isinstance(m, _Meta) else m
-                                  for m in out_flat], out_spec)
+    return containers.unflatten([next(tensors) if isinstance(m, _Meta) else m
+                                for m in out_flat], out_spec)
 
 
 def _output_metadata(module, args, kwargs, traceable: bool):
@@ -216,10 +216,10 @@ def _output_metadata(module, args, kwargs, traceable: bool):
             return x
         z = torch.zeros([hint(s) for s in x.shape], dtype=x.dtype, device=x.device)
         return z.requires_grad_() if x.requires_grad else z
-    args, kwargs = pytree.tree_map(zeros, (args, kwargs))
+    args, kwargs = containers.tree_map(zeros, (args, kwargs))
     token = module_attributes.READS.set(None)    # the copy's attributes guard nothing
     try:
-        return pytree.tree_map(_meta, type(clone).forward(clone, *args, **kwargs))
+        return containers.tree_map(_meta, type(clone).forward(clone, *args, **kwargs))
     finally:
         module_attributes.READS.reset(token)
 
@@ -242,7 +242,7 @@ def _traced_apart(module, args, kwargs):
     DTensor of a sharded module by its global shape)."""
     sub = TraceContext(symbolic=False)
     sub.make_input = lambda name, tensor: input_proxy(name, tensor, sub)
-    sub.captured = lambda x: pytree.tree_map(
+    sub.captured = lambda x: containers.tree_map(
         lambda v: sub.capture(v) if isinstance(v, torch.Tensor)
         and not isinstance(v, TensorProxy) else v, x)
 
@@ -251,12 +251,12 @@ def _traced_apart(module, args, kwargs):
             return TensorProxy(sub.new_name("t"), [hint(s) for s in x.shape], x.dtype,
                                x.device, x.requires_grad)
         return x
-    args, kwargs = pytree.tree_map(stand_in, (args, kwargs))
+    args, kwargs = containers.tree_map(stand_in, (args, kwargs))
     target = _inner(module)
     with tracing(sub):
         out = type(target).forward(target, *args, **kwargs)
         out = sub.run(sub.captured, out)
-    return pytree.tree_map(_meta, out)
+    return containers.tree_map(_meta, out)
 
 
 def _meta(x):

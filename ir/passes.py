@@ -5,7 +5,7 @@ Each pass is a pure function Trace -> Trace that stamps its provenance.
 """
 from __future__ import annotations
 
-
+import torch
 
 from ir.proxies import Var
 from ir.trace import Eqn, Trace, iter_vars, map_vars
@@ -44,12 +44,39 @@ def _hashable(x):
     return (type(x).__name__, x)
 
 
+# torch calls whose result is a fresh tensor whose identity may matter, or whose content is
+# not a function of their arguments
+_NOT_REPEATABLE = frozenset({"clone", "contiguous", "to", "copy", "detach", "empty", "empty_like",
+                             "empty_strided", "new_empty", "new_empty_strided"})
+
+
+def repeatable(eqn: Eqn) -> bool:
+    """Whether an equation computes the same value from the same arguments every time, so a
+    repeat of it may reuse the first's outputs: every prim but copies; an opaque call when it is
+    a torch function or method whose ATen op is not random (no `nondeterministic_seeded`
+    overload: not `dropout`, `rand_like`, `bernoulli`, ...), not a copy and without effects.
+    A call to anything else (a Python function, an op torch does not name) is not."""
+    if eqn.prim.name == "copy":
+        return False
+    if eqn.prim.kind != "opaque":
+        return True
+    name = eqn.params["fn_name"]
+    op = name.rsplit(".", 1)[-1]
+    if (eqn.params.get("effects") or not name.startswith("torch.") or op in _NOT_REPEATABLE
+            or op.endswith("_")):
+        return False
+    packet = getattr(torch.ops.aten, op, None)
+    return packet is not None and not any(
+        torch.Tag.nondeterministic_seeded in getattr(packet, overload).tags
+        for overload in packet.overloads())
+
+
 def cse(trace: Trace) -> Trace:
     """Replaces an equation that repeats an earlier one (same prim, args and params) by the
     earlier outputs (computed in the same grad mode, `ir.grad_regions`). Example: two `x.shape`
-    queries become one. Opaque symbols and copies are left alone, and so is a repeat that would
-    make two distinct outputs one tensor (`return x * 2, x * 2` returns two tensors, as in
-    eager)."""
+    queries become one, two `x.repeat(1, 2)` one call. Calls that are not `repeatable` (random
+    ops, copies, calls with effects) are left alone, and so is a repeat that would make two
+    distinct outputs one tensor (`return x * 2, x * 2` returns two tensors, as in eager)."""
     env: dict[int, Var] = {}
     seen: dict[tuple, Eqn] = {}
     eqns = []
@@ -61,7 +88,7 @@ def cse(trace: Trace) -> Trace:
 
     for eqn in trace.eqns:
         eqn = eqn.replace(args=map_vars(sub, eqn.args), params=map_vars(sub, eqn.params))
-        if eqn.prim.kind == "opaque" or eqn.prim.name == "copy":
+        if not repeatable(eqn):
             eqns.append(eqn)
             continue
         key = (eqn.prim.name, _hashable(eqn.args), _hashable(eqn.params),

@@ -44,6 +44,7 @@ GUARD_SOURCE = {
     "numel_lt": "{a} < {b}",        # a: a shape (a tuple of sizes)
     "numel_eq": "{a} == {b}",       # a, b: shapes (tuples of sizes), their products equal
     "contiguous": "{a}.is_contiguous() == {b}",
+    "is_leaf": "{a}.is_leaf == {b}",
 }
 
 

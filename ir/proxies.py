@@ -28,6 +28,12 @@ def active_trace():
     return ctx
 
 
+def _user_code() -> bool:
+    """Whether the traced function's own code runs now (not the tracer's, which runs deeper)."""
+    ctx = ACTIVE_TRACE.get()
+    return ctx is not None and not ctx.depth
+
+
 class DataDependentError(NotImplementedError):
     """Python code read a traced tensor's data (`if mask.all():`, `bool(t)`, `t.item()`,
     `float(t)`): its value is known only when the computation runs, so no trace can branch on it."""
@@ -73,13 +79,46 @@ class ScalarProxy(Var):
     def __le__(self, o): return active_trace().compare("le", self, o)
     def __gt__(self, o): return active_trace().compare("gt", self, o)
     def __ge__(self, o): return active_trace().compare("ge", self, o)
-    __hash__ = Var.__hash__
+
+    def __hash__(self):
+        """Eager's hash of the number (`n in {64, 128}`, a dict keyed by a shape): specialized,
+        as the lookup's `==` would be."""
+        return hash(self.__float__() if isinstance(self, FloatProxy) else self.__index__())
 
     def __bool__(self): return active_trace().compare("ne", self, 0)
+
+    # torch.sym_max / sym_min / sym_float, as on the numbers (a float result if either is one)
+    def __sym_max__(self, o): return _promoted(self if self >= o else o, self, o)
+    def __sym_min__(self, o): return _promoted(self if self <= o else o, self, o)
+    def __sym_float__(self): return self * 1.0
+
+    @property
+    def node(self):
+        """What torch's SymInt helpers read first (`torch.broadcast_shapes` asks
+        `node.is_nested_int()`): a traced number is a plain one, not a nested int."""
+        return _PLAIN_NUMBER_NODE
 
     def __float__(self) -> float:
         active_trace().compare("eq", self, self.hint)
         return float(self.hint)
+
+
+def _promoted(x, a, b):
+    return x * 1.0 if any(isinstance(v, (float, FloatProxy)) for v in (a, b)) else x
+
+
+class _PlainNumberNode:
+    """The `node` of a traced number: answers `is_nested_int()`; anything else of SymInt's
+    machinery is refused with a clear error."""
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        raise TypeError(f"SymInt's node.{name} is not supported on a number traced by ir.jit")
+
+
+_PLAIN_NUMBER_NODE = _PlainNumberNode()
 
 
 def _binary_op(op):
@@ -110,6 +149,12 @@ class IntProxy(ScalarProxy, torch.SymInt):
 
     __slots__ = ()
 
+    @property
+    def __class__(self):
+        """`int` to the traced code, as `isinstance(n, int)` is True of eager's number (library
+        code branches on it: transformers' `logits_to_keep`); IntProxy to the tracer."""
+        return int if _user_code() else IntProxy
+
     def __invert__(self): return active_trace().scalar_unary("invert", self)
 
     def __index__(self) -> int:
@@ -121,6 +166,9 @@ class IntProxy(ScalarProxy, torch.SymInt):
     def __trunc__(self): return self
     __floor__ = __ceil__ = __trunc__
 
+    def bit_length(self) -> int:
+        return self.__index__().bit_length()
+
     def __round__(self, ndigits=None):
         return self if ndigits is None or ndigits >= 0 else round(self.__index__(), ndigits)
 
@@ -130,6 +178,11 @@ class FloatProxy(ScalarProxy, torch.SymFloat):
     from `torch.SymFloat` for the same reason IntProxy derives from SymInt."""
 
     __slots__ = ()
+
+    @property
+    def __class__(self):
+        """`float` to the traced code (`isinstance(scale, float)`), FloatProxy to the tracer."""
+        return float if _user_code() else FloatProxy
 
     def __int__(self) -> int:
         return self.__trunc__().__index__()     # guards the int, not the float it came from
@@ -196,7 +249,7 @@ class TensorProxy(Var, torch.Tensor):
     metadata are its own slots, which shadow the tensor's, and every torch function or method
     reaches the tracer through `__torch_function__` before any kernel could run."""
 
-    __slots__ = ("name", "shape", "dtype", "device", "requires_grad", "neg")
+    __slots__ = ("name", "_size", "dtype", "device", "_requires_grad", "neg")
 
     @staticmethod
     def __new__(cls, name, shape, dtype, device, requires_grad=False, neg=False):
@@ -220,6 +273,27 @@ class TensorProxy(Var, torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         raise RuntimeError(f"ir.jit: {func} reached the dispatcher with a traced tensor")
+
+    @property
+    def shape(self) -> torch.Size:
+        """A `torch.Size` as eager's (of ints and, in symbolic mode, IntProxy sizes, which
+        torch.Size keeps as the SymInts they are), whatever sequence was assigned."""
+        return self._size
+
+    @shape.setter
+    def shape(self, sizes) -> None:
+        self._size = torch.Size(sizes)
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether the value requires grad; to the traced code, its current value's (an
+        in-place write of a value requiring grad makes a tensor require grad, as in eager)."""
+        ctx = ACTIVE_TRACE.get()
+        return self._requires_grad if ctx is None else ctx.requires_grad(self)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._requires_grad = value
 
     @property
     def ndim(self) -> int:
@@ -294,19 +368,20 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 TensorProxy.__hash__ = Var.__hash__
 
 
-def _reads_data(operation):
+def _reads_data(name, operation):
     def method(self, *args, **kwargs):
-        active_trace().reads_data(operation, self)
-    method.__name__ = operation
+        active_trace().reads_data(operation, getattr(torch.Tensor, name), (self, *args), kwargs)
+    method.__name__ = name
     return method
 
 
-# Python values of a tensor's data: refused while tracing (`DataDependentError`)
+# Python values of a tensor's data: refused while tracing (`DataDependentError`), after eager's
+# own refusals that do not depend on the data (`bool()` of several elements)
 for _name, _operation in (("__bool__", "bool()"), ("__float__", "float()"), ("__int__", "int()"),
                           ("__complex__", "complex()"), ("__index__", "an index"),
                           ("item", ".item()"),
                           ("tolist", ".tolist()"), ("numpy", ".numpy()")):
-    setattr(TensorProxy, _name, _reads_data(_operation))
+    setattr(TensorProxy, _name, _reads_data(_name, _operation))
 
 
 # In-place operators: traced as their functional op, written into the tensor (`ir.functionalize`);

@@ -297,9 +297,11 @@ def _stand_in(x, device: str):
 # ---- opaque symbols ----------------------------------------------------------------------
 
 def _to_meta(x):
-    """x for a run on meta tensors: sizes and numbers at their values in this call, unguarded."""
+    """x for a run on meta tensors: sizes and numbers at their values in this call, unguarded;
+    a tensor requiring grad requires it, so the result's `requires_grad` is autograd's."""
     if isinstance(x, TensorProxy):
-        return torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+        meta = torch.empty([hint(s) for s in x.shape], dtype=x.dtype, device="meta")
+        return meta.requires_grad_() if x.requires_grad else meta
     if isinstance(x, ScalarProxy):
         return x.hint
     if isinstance(x, torch.device):
@@ -355,7 +357,9 @@ def opaque(fn, args, kwargs):
                 elif isinstance(x, IntProxy):
                     specialize(x)
     device = devices[0] if devices else torch.device("cpu")
-    outs = [new_tensor(shape, r.dtype, device, _needs_grad(flat))
+    grad = _needs_grad(flat)
+    # each output as autograd marks it: not where the op is not tracked (`detach`, `zeros_like`)
+    outs = [new_tensor(shape, r.dtype, device, grad and r.requires_grad)
             for r, shape in zip(results, shapes)]
     # ints the rule left symbolic (a size in `normalized_shape`, `roll`'s shifts) are passed at
     # run time; floats are specialized (eager's kernels may round them by value)

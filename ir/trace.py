@@ -46,6 +46,24 @@ def iter_vars(x):
             yield from iter_vars(item)
 
 
+def check_defined(trace) -> None:
+    """Raises where an equation or the outputs read a Var that the trace neither takes nor
+    computes: a traced value of another call that the code kept (a `functools.lru_cache` of a
+    function returning tensors, a global), which generated code would read as whatever value of
+    this trace has its name."""
+    defined = {id(v) for v in trace.input_vars()}
+    for eqn in (*trace.eqns, None):
+        read = eqn.input_vars() if eqn is not None else iter_vars(trace.outputs)
+        stale = [v for v in read if id(v) not in defined]
+        if stale:
+            raise NotImplementedError(
+                f"ir.jit: {stale[0].name} is a traced value of another call of the function, kept "
+                "across calls (a functools.lru_cache or a global holding what traced code "
+                "computed); compute it in every call")
+        if eqn is not None:
+            defined.update(id(v) for v in eqn.outs if v is not None)
+
+
 def map_vars(fn, x):
     """Rebuilds a nested structure with every Var replaced by fn(var)."""
     if isinstance(x, Var):
@@ -86,7 +104,7 @@ def render(x) -> str:
     if isinstance(x, slice):
         return f"slice({render(x.start)}, {render(x.stop)}, {render(x.step)})"
     if isinstance(x, torch.device):
-        return repr(str(x))
+        return f"torch.device({str(x)!r})"
     if isinstance(x, _LITERAL_TYPES):
         return repr(x)
     raise TypeError(f"a {type(x).__name__} value cannot be written into generated code")

@@ -17,9 +17,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ir import autocast, functionalize
+from ir import autocast, containers, dispatch, functionalize
 from ir.ops.registry import FACTORIES, HANDLERS, SHAPE_RULES
-from ir.proxies import ACTIVE_TRACE, DataDependentError, IntProxy
+from ir.proxies import ACTIVE_TRACE, DataDependentError, IntProxy, TensorProxy
 from ir.recording import compare, guard_key, scalar_op, scalar_unary, user_line
 
 
@@ -121,7 +121,8 @@ class TraceContext:
 
     def captured(self, x):
         """x with every real tensor inside replaced by its implicit input."""
-        return pytree.tree_map(lambda v: self.capture(v) if type(v) in _REAL_TENSORS else v, x)
+        return containers.tree_map(
+            lambda v: self.capture(v) if type(v) in _REAL_TENSORS else v, x)
 
     # What proxies ask of the active trace (through `ir.proxies.active_trace()`).
     def scalar_op(self, op: str, a, b):
@@ -157,9 +158,19 @@ class TraceContext:
             return bound(*args, **kwargs)
         return method
 
-    def reads_data(self, operation: str, tensor) -> None:
-        """Raises DataDependentError for Python code reading a traced tensor's data, naming the
-        user's line and the operation."""
+    def requires_grad(self, proxy) -> bool:
+        """`proxy.requires_grad`: to the traced code, that of the value an in-place op last
+        wrote into it (`ir.functionalize`); to the tracer, the proxy's own."""
+        if self.depth:
+            return proxy._requires_grad
+        return functionalize.requires_grad_now(self, proxy)
+
+    def reads_data(self, operation: str, func, args, kwargs) -> None:
+        """Raises DataDependentError for Python code reading a traced tensor's data
+        (`func(*args, **kwargs)`), naming the user's line and the operation; or eager's error
+        where eager refuses the call whatever the data (`bool()` of several elements)."""
+        self.run(dispatch.data_free_refusal, func, args, kwargs)
+        tensor = next(x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TensorProxy))
         raise DataDependentError(
             f"ir.jit: data-dependent Python at {user_line()}\n{operation} of the traced tensor "
             f"{tensor.name} reads its data, which is known only when the computation runs "

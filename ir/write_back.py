@@ -20,7 +20,11 @@ from ir.trace import Eqn, map_vars
 
 def copy_into(destination, value):
     """Writes a written input's final value into its storage, as eager's in-place ops left it;
-    returns the input itself."""
+    returns the input itself. A leaf that requires grad (written where autograd did not see it,
+    as eager allows) stays a leaf."""
+    if destination.requires_grad and destination.is_leaf:
+        with torch.no_grad():
+            return destination.copy_(value)
     return destination.copy_(value)
 
 

@@ -7,7 +7,10 @@ same tile. Contiguous inputs and outputs; every value computed over the whole ti
 - `rope_backward`: its gradient for x (partner columns of the gradient and of sin);
 - `pad_columns`: `F.pad` of the (flattened) innermost dim, a constant fill;
 - `cat_columns`: `torch.cat((a, b), -1)`;
-- `slice_scale`: `x[:, LO:C - HI] * 2`; `slice_add`: `x[:, LO:C - HI] + x[:, LO - 1:C - HI - 1]`.
+- `slice_scale`: `x[:, LO:C - HI] * 2`; `slice_add`: `x[:, LO:C - HI] + x[:, LO - 1:C - HI - 1]`;
+- `nhwc_to_nchw_tail`: ConvNeXt's `s + (y * g).permute(0, 3, 1, 2)`, the way Inductor tiles a
+  pointwise transpose: rows over (n, c), columns over (h, w), each load at its own address;
+- `pad_same`: TF 'same' padding `F.pad(x, (0, 1, 0, 1))`, one masked load per tile.
 """
 import triton
 import triton.language as tl
@@ -93,3 +96,28 @@ def slice_add(x_ptr, out_ptr, R, C: tl.constexpr, LO: tl.constexpr, HI: tl.const
     b = tl.load(x_ptr + rows * C + cols + LO - 1, mask=mask, other=0).to(tl.float32)
     tl.store(out_ptr + rows * (C - LO - HI) + cols, (a + b).to(out_ptr.dtype.element_ty),
              mask=mask)
+
+
+@triton.jit
+def nhwc_to_nchw_tail(s_ptr, y_ptr, g_ptr, out_ptr, R, C: tl.constexpr, HW: tl.constexpr,
+                      ROWS: tl.constexpr, COLS: tl.constexpr):
+    """ConvNeXt's block tail `s + (y * g).permute(0, 3, 1, 2)`: s and the output NCHW, y NHWC,
+    g per channel; rows walk (n, c), columns (h, w)."""
+    rows, cols, mask = _tile(R, HW, ROWS, COLS)
+    n, c = rows // C, rows % C
+    s = tl.load(s_ptr + rows * HW + cols, mask=mask, other=0).to(tl.float32)
+    y = tl.load(y_ptr + n * (HW * C) + cols * C + c, mask=mask, other=0).to(tl.float32)
+    g = tl.load(g_ptr + c, mask=rows < R, other=0).to(tl.float32)
+    tl.store(out_ptr + rows * HW + cols, (s + y * g).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def pad_same(x_ptr, out_ptr, R, H: tl.constexpr, W: tl.constexpr, ROWS: tl.constexpr,
+             COLS: tl.constexpr):
+    """TF 'same' padding `F.pad(x, (0, 1, 0, 1))` of [.., H, W]: rows walk the output's
+    (.., h), columns its w."""
+    rows, cols, mask = _tile(R, W + 1, ROWS, COLS)
+    h, plane = rows % (H + 1), rows // (H + 1)
+    inside = (h < H) & (cols < W)
+    x = tl.load(x_ptr + plane * (H * W) + h * W + cols, mask=mask & inside, other=0)
+    tl.store(out_ptr + rows * (W + 1) + cols, x, mask=mask)

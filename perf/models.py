@@ -7,10 +7,10 @@ the step matches eager.
     python perf/models.py          # GPU: a Llama-3-8B-shaped decoder layer, bf16, B=1, T=2048
     python perf/models.py --cpu    # tiny configs through the interpreter: a smoke run
 
-Models: transformers' Llama (where transformers is installed) and the project's GPT
-(`ir.examples.GPT`, LitGPT-style), one layer each; on a GPU with Llama-3-8B's layer sizes
-(hidden 4096, 32 heads, 8 KV heads for Llama, MLP 14336) and a vocabulary of 1024, so the layer
-and not the LM head is what is timed. On a CPU the inductor rows are skipped (its C++ compile
+Models: transformers' Llama and LitGPT's GPT (`litgpt`, its Llama-3-8B `Config`), each where its
+package is installed, and the project's GPT (`ir.examples.GPT`, LitGPT-style), one layer each;
+on a GPU with Llama-3-8B's layer sizes (hidden 4096, 32 heads, 8 KV heads for Llama and LitGPT,
+MLP 14336) and a vocabulary of 1024, so the layer and not the LM head is what is timed. On a CPU the inductor rows are skipped (its C++ compile
 takes minutes) and times are interpreter times, not GPU timings.
 """
 from __future__ import annotations
@@ -59,6 +59,14 @@ def llama(gpu: bool):
     return model, lambda m, idx: m(idx, use_cache=False).logits, config.vocab_size
 
 
+def litgpt_llama(gpu: bool):
+    from litgpt import GPT as LitGPT, Config
+    sizes = {} if gpu else dict(n_embd=64, n_head=4, n_query_groups=2, intermediate_size=128)
+    config = Config.from_name("Llama-3-8B", n_layer=1, vocab_size=1024 if gpu else 128,
+                              padded_vocab_size=1024 if gpu else 128, **sizes)
+    return LitGPT(config), lambda m, idx: m(idx), config.padded_vocab_size
+
+
 def gpt(gpu: bool):
     config = (GPTConfig(vocab_size=1024, block_size=4096, n_layer=1, n_head=32, n_embd=4096,
                         intermediate_size=14336, rotary_percentage=1.0) if gpu else
@@ -67,11 +75,15 @@ def gpt(gpu: bool):
 
 
 def models():
-    try:
-        import transformers  # noqa: F401
-        found = {"llama (transformers)": llama}
-    except ImportError:
-        found = {}
+    """The models whose package imports here, by row name."""
+    found = {}
+    for name, package, build in (("llama (transformers)", "transformers", llama),
+                                 ("llama-3-8b (litgpt)", "litgpt", litgpt_llama)):
+        try:
+            __import__(package)
+            found[name] = build
+        except ImportError:
+            pass
     found["gpt (ir.examples)"] = gpt
     return found
 

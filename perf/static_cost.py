@@ -7,6 +7,7 @@ ideal global bytes a program moves, bytes per warp-instruction (an H200 is issue
 
     python perf/static_cost.py            # the seed RoPE, Llama-3-8B RoPE, perf/padcat.py's cases
     python perf/static_cost.py --quick    # tiny seed RoPE (forward, backward), a pad (the suite)
+    python perf/static_cost.py --case NHWC --case "'same'"   # the cases whose names hold these
 
 Our kernels are built by calling the jitted function on CPU tensors of the case's size with every
 launch replaced by a no-op (`triton_exec.launch.noop_launches()`: only shapes and strides matter
@@ -69,6 +70,8 @@ class Case:
     hand: object = None             # (record, args) -> (kernel, kwargs of constexprs/ints)
     small: tuple = ()               # small arguments to check the hand-written kernel on
     liger: dict | None = None       # Liger's launch at this size (see _liger_row)
+    hand_bytes: object = None       # args -> (loaded, stored) of the hand-written kernel where
+                                    # ours does more (q and k in one kernel); else ours'
 
 
 def _empty(*shape, dtype=BF16):
@@ -81,6 +84,16 @@ def _randn(*shape, dtype=BF16, seed=0):
 
 def rope_qk(q, k, cos, sin, n: int):
     return rope(q, cos, sin, n), rope(k, cos, sin, n)
+
+
+def convnext_tail(shortcut, y, gamma):
+    """ConvNeXt's block tail: the NHWC branch scaled per channel, added to the NCHW shortcut."""
+    return shortcut + (y * gamma).permute(0, 3, 1, 2)
+
+
+def pad_same(x):
+    """TF 'same' padding of an even size before a stride-2 conv (EfficientNet)."""
+    return F.pad(x, (0, 1, 0, 1))
 
 
 # ---- our kernels -------------------------------------------------------------------------
@@ -149,7 +162,8 @@ def hand_row(case: Case, record) -> Row:
               _tile(dataclasses.replace(config, loop=None)))
     try:
         asm = _specialize(kernel, params, config.num_warps)
-        loaded, stored = cost.ideal_bytes(record)
+        loaded, stored = (case.hand_bytes(case.args) if case.hand_bytes
+                          else cost.ideal_bytes(record))
         # its programs: one per [ROWS, COLS] tile of every outer dim (no loop over one of them)
         n = cost.programs(record, dataclasses.replace(config, loop=config.loop and 1))
         row.cost = cost.static_cost(asm, config.num_warps, loaded / n, stored / n)
@@ -208,6 +222,20 @@ def _pad_hand(lo, hi, inner=1):
                                          "C_IN": x.shape[-1] * (x.shape[-2] if inner > 1 else 1),
                                          "LO": lo * inner, "HI": hi * inner}
     return hand
+
+
+def _tail_hand(args):
+    s, y, g = args
+    N, C, H, W = s.shape
+    return handwritten.nhwc_to_nchw_tail, {"s_ptr": s.dtype, "y_ptr": y.dtype, "g_ptr": g.dtype,
+                                           "out_ptr": s.dtype, "R": N * C, "C": C, "HW": H * W}
+
+
+def _pad_same_hand(args):
+    (x,) = args
+    *outer, H, W = x.shape
+    return handwritten.pad_same, {"x_ptr": x.dtype, "out_ptr": x.dtype,
+                                  "R": math.prod(outer) * (H + 1), "H": H, "W": W}
 
 
 def _cat_hand(args):
@@ -297,6 +325,9 @@ def cases(quick: bool) -> list[Case]:
                  rope_qk, (_empty(1, 32, T, 128), _empty(1, 8, T, 128), _empty(T, 128),
                            _empty(T, 128), 128),
                  hand=lambda args: _rope_hand(False)((args[0], args[2], args[3], args[4])),
+                 # the hand-written kernel rotates q only: reads q, cos and sin, writes q's size
+                 hand_bytes=lambda args: (args[0].nbytes + args[2].nbytes + args[3].nbytes,
+                                          args[0].nbytes),
                  liger=dict(n_qh=32, n_kh=8, hd=128, rd=128, bs=1, sl=T,
                             note="in place, q and k in one program: the same bytes as ours"))
     out.append(llama)
@@ -316,7 +347,15 @@ def cases(quick: bool) -> list[Case]:
         Case(f"x[:, 4:-4] + x[:, 3:-5] (misaligned), [{rows}, 2048] bf16",
              padcat.slice_misaligned, (_empty(rows, 2048),),
              hand=_slice_hand(handwritten.slice_add), small=(_randn(3, 48),)),
+        Case("NHWC -> NCHW: ConvNeXt's tail s + (y * gamma).permute(0, 3, 1, 2), "
+             "y [64, 56, 56, 96] bf16", convnext_tail,
+             (_empty(64, 96, 56, 56), _empty(64, 56, 56, 96), _empty(96)), hand=_tail_hand,
+             small=(_randn(2, 8, 4, 4), _randn(2, 4, 4, 8, seed=1), _randn(8, seed=2))),
     ]
+    out += [Case(f"TF 'same' pad F.pad(x, (0, 1, 0, 1)) (EfficientNet), [64, 96, 56, 56] {name}",
+                 pad_same, (_empty(64, 96, 56, 56, dtype=dtype),), hand=_pad_same_hand,
+                 small=(_randn(2, 3, 8, 8, dtype=dtype),))
+            for dtype, name in ((BF16, "bf16"), (torch.float32, "fp32"))]
     return out
 
 
@@ -374,6 +413,8 @@ def measure(case: Case) -> list[Row]:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a subset")
+    parser.add_argument("--case", action="append", default=[],
+                        help="only the cases whose names hold this text (repeatable)")
     ns = parser.parse_args(argv)
     import triton
     print(f"# Static cost per program, sm_90 offline (Triton {triton.__version__}, "
@@ -383,6 +424,8 @@ def main(argv=None) -> dict:
           "over its programs; B/warp-instr = B/program / (instr x num_warps).\n")
     results = {}
     for case in cases(ns.quick):
+        if ns.case and not any(text in case.name for text in ns.case):
+            continue
         rows = measure(case)
         results[case.name] = rows
         print("\n".join(table(case, rows)), flush=True)

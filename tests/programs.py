@@ -934,3 +934,28 @@ def build_matmul(draw, pool):
 
 REGION_OPS = {"matmul": build_matmul}
 REGION_OP_WEIGHT = 3   # each is drawn as often as three other ops: autocast's main business
+
+
+# ---- transposes (2-D tiles) ---------------------------------------------------------------
+
+TRANSPOSE_SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+
+
+@st.composite
+def transposes(draw):
+    """(shape, perm, dtype, scaled, added): a permute of a rank 2-4 tensor whose innermost dim
+    moves, optionally scaled by a tensor broadcast along all dims but the input's innermost
+    before it (a ConvNeXt gamma) and added to a tensor of the output's shape after it."""
+    rank = draw(st.integers(2, 4))
+    shape = tuple(draw(st.sampled_from(TRANSPOSE_SIZES)) for _ in range(rank))
+    perm = tuple(draw(st.permutations(range(rank)).filter(lambda p: p[-1] != rank - 1)))
+    return (shape, perm, draw(st.sampled_from([torch.float32, torch.bfloat16])),
+            draw(st.booleans()), draw(st.booleans()))
+
+
+def transpose_program(perm, scaled: bool, added: bool):
+    """The function of a `transposes` case: (x, gamma, other) -> its permute."""
+    def program(x, gamma, other):
+        y = (x * gamma if scaled else x * 2).permute(perm)
+        return y + other if added else y.contiguous()
+    return program

@@ -10,10 +10,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REQUIREMENTS="torch==2.13.0 triton==3.6.0 hypothesis==6.170.27 pytest==9.2.0 numpy==2.4.6 matplotlib==3.11.2"
 # tests/test_dynamo.py's models (transformers' classes built from configs: nothing downloaded)
 REQUIREMENTS="$REQUIREMENTS transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0"
+# tests/test_litgpt.py's models (LitGPT's GPT built from its Configs). Installed without their
+# dependencies: litgpt 0.5.12 asks for huggingface_hub<0.35 (transformers above needs 2.x; the
+# model code does not import it) and lightning's fsspec[http] pulls aiohttp; what importing
+# litgpt needs is these pins plus the packages above
+NO_DEPS="litgpt==0.5.12 lightning==2.6.6 pytorch-lightning==2.6.6 lightning-utilities==0.15.3"
+NO_DEPS="$NO_DEPS torchmetrics==1.9.0 psutil==7.1.3"
 STAMP=.venv/.setup-done
 # pyproject.toml's hash and the checkout's path: a changed project (e.g. its entry points) or a
 # .venv now serving another checkout (its editable install points at the old path) installs again
-WANTED="$REQUIREMENTS; pyproject $(sha256sum pyproject.toml | cut -c1-16); at $(pwd -P)"
+WANTED="$REQUIREMENTS + no deps: $NO_DEPS; pyproject $(sha256sum pyproject.toml | cut -c1-16); at $(pwd -P)"
 HAVE="$(cat "$STAMP" 2>/dev/null || true)"
 NEWEST_TRITON="triton==3.9.0"
 
@@ -24,12 +30,16 @@ else
         echo "setup_env: creating .venv"
         python3 -m venv .venv
     fi
-    if [[ "${HAVE%%;*}" != "$REQUIREMENTS" ]]; then
-        echo "setup_env: installing $REQUIREMENTS"
+    if [[ "${HAVE%%;*}" != "${WANTED%%;*}" ]]; then
+        echo "setup_env: installing $REQUIREMENTS, then without dependencies $NO_DEPS"
         # shellcheck disable=SC2086
         .venv/bin/python -m pip install -q $REQUIREMENTS
+        # shellcheck disable=SC2086
+        .venv/bin/python -m pip install -q --no-deps $NO_DEPS
     fi
     echo "setup_env: installing the project (editable)"
+    # the distribution's name before it was triton-exec: two would both claim ir and triton_exec
+    .venv/bin/python -m pip uninstall -q -y triton-exec-demo 2>/dev/null || true
     .venv/bin/python -m pip install -q -e . --no-deps
     echo "$WANTED" > "$STAMP"
 fi

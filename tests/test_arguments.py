@@ -4,6 +4,7 @@ keyword names, and `executors` given as one name or one executor. Generated sign
 calls are compared with eager."""
 
 import builtins
+import functools
 import keyword
 
 import ir
@@ -208,3 +209,31 @@ def test_past_the_cache_limit_the_eager_call_keeps_the_signature():
             x = torch.randn(n)
             torch.testing.assert_close(j(x, x, 1, scale=3, a=x), f(x, x, 1, scale=3, a=x))
     assert ir.cache_stats(j).eager == 2
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_fn_is_called_as_the_caller_called_it(mode):
+    """A decorator of fn may read its *args and **kwargs (transformers' merge_with_config_defaults
+    sets `use_cache` in kwargs where the caller did not pass it): fn is traced with the call's own
+    positional and keyword arguments, defaults left out, and each way of calling is its own
+    entry."""
+    def reads_the_call(f):
+        @functools.wraps(f)
+        def wrapper(x, *args, **kwargs):
+            kwargs.setdefault("scale", 3.0)
+            return f(x, *args, **kwargs) + len(args)
+        return wrapper
+
+    @reads_the_call
+    def f(x, shift=0.0, scale=1.0):
+        return x * scale + shift
+
+    jf = ir.jit(f, cache=mode)
+    x = torch.randn(4)
+    for args, kwargs in [((x,), {}), ((x, 1.0), {}), ((x,), {"shift": 1.0}),
+                         ((x,), {"scale": 2.0}), ((x, 1.0), {})]:
+        torch.testing.assert_close(jf(*args, **kwargs), f(*args, **kwargs))
+    with pytest.raises(TypeError, match="multiple values for argument 'scale'"):
+        f(x, 1.0, 2.0)      # the decorator passes scale twice: eager's error, and ours
+    with pytest.raises(TypeError, match="multiple values for argument 'scale'"):
+        jf(x, 1.0, 2.0)

@@ -244,7 +244,8 @@ def test_matmul_under_autocast_is_typed_and_computed_as_eager(executors):
 def test_the_autocast_state_is_in_the_key_and_the_prologue(caplog):
     jfn = ir.jit(lambda x: torch.cat((x @ x.mT, x), -1))
     x = torch.randn(4, 4)
-    jfn(x)
+    jfn(x)      # autocast off: one query in the key and the prologue, whatever its dtypes
+    assert "if torch._C._is_any_autocast_enabled(): return False" in str(ir.last_prologue(jfn))
     with torch.autocast("cpu", dtype=torch.bfloat16), caplog.at_level("INFO", "ir.recompiles"):
         jfn(x)
         assert "autocast state changed off -> cpu bfloat16" in caplog.text

@@ -124,6 +124,7 @@ def test_config_space_keeps_a_vector_per_thread(rows, cols, width):
         chunks = ()
         loop = None
         whole_rows = False
+        row_axis = None
     heuristic = heuristic_config(FakeLowered(), rows, cols)
     space = autotune.config_space(heuristic, rows, width, max_configs=12)
     assert space[0] == heuristic and len(space) == len(set(space)) and 1 <= len(space) <= 12

@@ -3,6 +3,7 @@ device=x.device)`, `torch.tensor(2.0)`, `torch.arange(n)`, `torch.full`) are pri
 and tensors captured from a closure or a global are implicit inputs, read from their source at
 every call and guarded like arguments."""
 
+import functools
 import ir
 import pytest
 import torch
@@ -100,3 +101,21 @@ def test_captured_closure_tensors_are_implicit_inputs(mode, executor):
     assert ir.cache_stats(j).misses == 1 and ir.cache_stats(j).hits == 1
     trace = str(ir.last_traces(j)[-1])
     assert "def computation(x, scale, shift)" in trace, trace
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_a_traced_value_kept_across_calls_is_refused_not_read_as_another(mode):
+    """A functools.lru_cache of a function returning a tensor hands a later trace the value an
+    earlier trace computed; its name (t0) may name another value there: refused, never read as
+    that one (it gave (x + 1) ** 2 for (x + 1) * 2)."""
+    @functools.lru_cache
+    def scale_of(n):
+        return torch.full((n,), 2.0)
+
+    def f(x):
+        s = scale_of(x.shape[-1])
+        return (x + 1) * s
+    jf = ir.jit(f, executors=["torch"], cache=mode)
+    torch.testing.assert_close(jf(torch.ones(3)), torch.full((3,), 4.0))
+    with pytest.raises(NotImplementedError, match="traced value of another call"):
+        jf(torch.full((3,), 2.0, dtype=torch.float64))     # a new entry: traced again

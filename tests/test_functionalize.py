@@ -1,6 +1,6 @@
 """Functionalization of in-place ops (`ir.functionalize`): random programs of in-place ops on
-intermediates, on arguments and on views of both, against eager in both executors and cache
-modes, with requires_grad subsets: the outputs, every argument's final value, which arguments'
+intermediates, on arguments and on views of both (`detach()` and `.data` included), some in
+`no_grad` blocks, against eager in both executors and cache modes, with requires_grad subsets: the outputs, every argument's final value, which arguments'
 version counters moved, and the gradients equal eager's; a program eager refuses (a write into a
 leaf that requires grad or into an expanded view, an int tensor given a float result, a shape that
 does not broadcast) raises eager's exception type."""
@@ -19,7 +19,8 @@ from semantics import grid, jit, outcome
 
 VIEWS = ("[1:]", "[:, ::2]", "[0]", "[..., :1]", "[None]", ".t()", ".transpose(0, -1)",
          ".view(-1)", ".reshape(-1)", ".unsqueeze(0)", ".narrow(-1, 0, 1)", ".diagonal()",
-         ".expand(2, *{h}.shape)", ".flip(0)", ".split(1)[0]")
+         ".expand(2, *{h}.shape)", ".flip(0)", ".contiguous()", ".split(1)[0]", ".detach()",
+         ".data")
 IN_PLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.sub_({o}, alpha=2)", "{t} += {o}",
             "{t} *= {o}", "{t}.clamp_(min=-0.5)", "{t}.zero_()", "{t}.fill_(2.0)",
             "{t}.copy_({o})", "{t}.masked_fill_({t} > 0, 0.25)", "{t}[0] = {o}",
@@ -49,7 +50,9 @@ def in_place_programs(draw):
         else:
             operands = [o for o in names if o == h or storage[o] != storage[h]]
             other = draw(st.sampled_from(operands + list(NUMBERS)))
-            lines.append(draw(st.sampled_from(IN_PLACE)).format(t=h, o=other))
+            write = draw(st.sampled_from(IN_PLACE)).format(t=h, o=other)
+            hidden = draw(st.sampled_from(("", "", "with torch.no_grad(): ")))
+            lines.append(hidden + write)    # a write autograd does not see keeps h's history
             continue
         names.append(f"h{n}")
     body = "\n".join(f"    {line}" for line in lines)

@@ -1,9 +1,12 @@
-"""Kernels and kernel files are named after the jitted function (unique per function), and
-executors named in `ir.jit` are found through the `ir.executors` entry point group."""
+"""Kernels and kernel files are named after the jitted function (unique per function),
+executors named in `ir.jit` are found through the `ir.executors` entry point group, and the
+installed distribution (`triton-exec`) lists both entry point groups."""
+import importlib.metadata
 import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import torch
@@ -76,3 +79,23 @@ def test_an_unknown_executor_name_is_refused():
     import pytest
     with pytest.raises(ValueError, match="no executor named 'tritonn'.*'triton'"):
         ir.jit(lambda x: x, executors=["tritonn"])
+
+
+def test_the_installed_distribution_says_what_it_is_and_lists_its_entry_points():
+    """What pip installed from pyproject.toml: the distribution that provides `ir` and
+    `triton_exec` is `triton-exec`, and its metadata names the executors and the Dynamo backend,
+    each found by name as torch and `ir.jit` look them up."""
+    name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    assert name == "triton-exec"
+    providers = importlib.metadata.packages_distributions()
+    assert name in providers["ir"] and name in providers["triton_exec"]
+    listed = {(e.group, e.name): e.value for e in importlib.metadata.distribution(name).entry_points}
+    assert listed == {("ir.executors", "triton"): "triton_exec:executor",
+                      ("ir.executors", "triton_novec"): "triton_exec:executor_without_vectorization",
+                      ("torch_dynamo_backends", "triton_exec"): "ir.dynamo:backend"}
+    (backend,) = importlib.metadata.entry_points(group="torch_dynamo_backends", name="triton_exec")
+    (executor,) = importlib.metadata.entry_points(group="ir.executors", name="triton")
+    assert backend.dist.name == executor.dist.name == name
+    assert backend.load() is ir.dynamo.backend and executor.load() is triton_exec.executor
+    import torch._dynamo
+    assert "triton_exec" in torch._dynamo.list_backends()

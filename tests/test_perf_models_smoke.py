@@ -16,7 +16,8 @@ def test_cpu_mode_runs_every_model_through_our_backend(capsys, tmp_path, monkeyp
     rows = models.main(["--cpu"])
     printed = capsys.readouterr().out
     assert "NOT GPU timings" in printed
-    assert {r.model for r in rows} == {"llama (transformers)", "gpt (ir.examples)"}
+    assert {r.model for r in rows} == {"llama (transformers)", "llama-3-8b (litgpt)",
+                                       "gpt (ir.examples)"}
     for r in rows:
         assert f"| {r.model} | {r.step} | {r.front} |" in printed
         if r.front == "torch.compile inductor":

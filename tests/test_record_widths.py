@@ -5,8 +5,10 @@ analysis (`record.analysis_width`) equals the width of the `ld.global`/`st.globa
 offline sm_90 compile makes of that access (`record.vector_width`, matched by source line), in
 both directions. The one allowed difference: a load whose address does not walk the columns
 linearly, for which the analysis says 1, and which Triton may still prove wider: along the
-tile's rows (a transposed read), or, on Triton 3.9 but not 3.6, through `cols % n` with n of
-known divisibility (a symbolic reshape merging inner dims).
+tile's rows where the analysis does not state it (a transposed read through a reshape), or, on
+Triton 3.9 but not 3.6, through `cols % n` with n of known divisibility (a symbolic reshape
+merging inner dims). A load contiguous along the rows of a transpose's 2-D tile is stated along
+the rows (`Access.axis`) and must match.
 
 Each compiled access is attributed to the access that emitted it by its own source line (the
 LLVM IR's debug locations), whatever code motion the writer does: loop kernels, whose loads of
@@ -28,9 +30,11 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
-from programs import assert_close, assert_matches_eager, programs
+from programs import (assert_close, assert_matches_eager, programs, transpose_program,
+                      transposes)
 from test_broadcast_loop import OPS as BROADCAST_OPS, broadcast_programs
 from triton_exec import launch
+from triton_exec.codegen.kernel_types import is_constant
 
 EXAMPLES = int(os.environ.get("WIDTH_EXAMPLES", "15"))
 OPS = ("split_merge", "reshape", "pad", "cat", "index", "stack", "layout", "arith", "expand")
@@ -79,6 +83,61 @@ def test_recorded_widths_are_the_compiled_widths(program, mode):
             event(seen)
 
 
+@st.composite
+def transposable_shapes(draw):
+    """Rank 2-4 shapes whose dims (outer ones included) allow wide accesses along any of them:
+    a permute of them makes a transpose's 2-D tile (`Lowered.row_axis`)."""
+    return tuple(draw(st.sampled_from([2, 4, 6, 8, 16, 24, 32]))
+                 for _ in range(draw(st.integers(2, 4))))
+
+
+@settings(max_examples=EXAMPLES)
+@given(program=programs(max_ops=3, min_ops=2, op_names=("layout",) * 3 + ("arith", "pad", "cat", "copy"),
+                        base_shapes=transposable_shapes(),
+                        main_dtypes=(torch.float32, torch.bfloat16),
+                        input_dtypes=(torch.float32, torch.bfloat16)),
+       mode=st.sampled_from(["constant values", "symbolic values"]))
+def test_2d_tiles_report_each_access_its_own_width(program, mode):
+    """Random programs of permutes, pads, cats and elementwise work: the 2-D tiles of their
+    transposes (loads wide along the rows) state each access's compiled width, as every other
+    kernel does."""
+    note(program.describe())
+    jfn = ir.jit(program.fn, executors=["triton"], cache=mode)
+    assert_matches_eager(program, jfn(*program.inputs))
+    for record in triton_exec.last_kernels(jfn):
+        if is_constant(record.lowered.domain[-1], 1):      # one column: the stores run along the rows,
+            event("a domain ending in 1")        # which the analysis leaves to Triton (noted
+            continue                            # in the issue; not a transpose's tile)
+        rows = [a for a in record.lowered.accesses if a.axis == "rows"]
+        event("a 2-D tile" if record.lowered.row_axis is not None else "no 2-D tile")
+        if rows:
+            event("loads wide along the rows")
+        for seen in check_widths(record):
+            event(seen)
+
+
+@settings(max_examples=max(EXAMPLES // 2, 6))
+@given(case=transposes(), mode=st.sampled_from(["constant values", "symbolic values"]))
+def test_transposes_2d_tiles_report_each_access_its_own_width(case, mode):
+    """Generated permutes with elementwise work (`programs.transposes`): their 2-D tiles, loads
+    wide along the rows and stores along the columns, state each access's compiled width."""
+    shape, perm, dtype, scaled, added = case
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype)
+    gamma = torch.randn(shape[-1], generator=g).to(dtype)
+    other = torch.randn([shape[p] for p in perm], generator=g).to(dtype)
+    note(f"{shape} {perm} {dtype} scaled {scaled} added {added} {mode}")
+    fn = transpose_program(perm, scaled, added)
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
+    assert_close(jfn(x, gamma, other), fn(x, gamma, other))
+    for record in triton_exec.last_kernels(jfn):
+        if "full_cols" in record.source:    # pair tiling (an output ending in 2): `pairs`
+            continue
+        event("a 2-D tile" if record.lowered.row_axis is not None else "no 2-D tile")
+        for seen in check_widths(record):
+            event(seen)
+
+
 def test_the_issue_example_merge_and_split():
     """reshape([4, 4, 8] -> [4, 32]) and back: the record states what the PTX does (it said 1
     where the PTX had 16-byte loads), and both directions get the gcd rule's width."""
@@ -112,16 +171,17 @@ def test_the_check_can_fail():
         load.width = 4
 
 
-def test_a_transposed_load_is_vectorized_along_the_rows():
-    """The one difference allowed: Triton vectorizes a load contiguous along the outer index."""
+def test_a_transposed_load_is_stated_wide_along_the_rows():
+    """A load contiguous along the outer index (a transpose's): the analysis states its width
+    along the tile's rows (it said 1, and Triton widened it), as the compiled kernel does."""
     jfn = ir.jit(lambda x: x.t() * 2, executors=["triton"])
     x = torch.randn(4, 64)
     torch.testing.assert_close(jfn(x), x.t() * 2)
     (record,) = triton_exec.last_kernels(jfn)
     (load,) = [a for a in record.lowered.accesses if a.kind == "load"]
-    assert not load.along_cols and load.width == 1
-    assert record.vector_width[load.label] > 1
-    assert check_widths(record) == ["a load not walking the columns linearly, widened by Triton",
+    assert not load.along_cols and load.axis == "rows" and load.width == 4
+    assert record.vector_width == record.analysis_width
+    assert check_widths(record) == ["load width 4: as the analysis says",
                                     "store width 4: as the analysis says"]
 
 

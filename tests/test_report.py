@@ -1,10 +1,12 @@
-"""The autotune report: JSON fields, the CPU-interpreter label, failed configs, and the chart."""
+"""The autotune report: JSON fields, the CPU-interpreter label, failed configs, and the chart
+(timings on a GPU, each config's static cost without one)."""
 
 import json
 import sys
 
 import pytest
 
+from triton_exec.report_chart import STATIC_TITLE
 from triton_exec.report_format import INTERPRETER_NOTE, ConfigResult, KernelReport, write_report
 
 
@@ -116,3 +118,34 @@ def test_under_the_interpreter_no_winner_by_noise_and_no_bandwidth(tmp_path):
     assert "not timed on a GPU" in markdown and "Achieved: n/a: no GPU" in markdown
     heuristic = rope_kernel_report().configs[0].label
     assert f"the heuristic's config, used without tuning: {heuristic}" in markdown
+
+
+def test_without_a_gpu_the_chart_plots_each_configs_static_cost(tmp_path):
+    """Interpreter milliseconds mean nothing on a GPU: the picture is bytes per warp-instruction
+    from each config's offline sm_90 compile, titled so, with no winner and no milliseconds."""
+    paths = write_report([rope_kernel_report()], tmp_path, device="cpu (Triton interpreter)",
+                         copy_gbps=None, interpreter=True)
+    chart = json.loads(paths["json"].read_text())["chart"]
+    assert chart["title"] == STATIC_TITLE and "sm_90" in chart["title"]
+    assert "no GPU: not timed" in chart["title"]
+    assert chart["quantity"] == "bytes_per_warp_instruction" and "ms" not in chart["x_label"]
+    assert chart["band"] == [5.0, 8.0]
+    (panel,) = chart["panels"]
+    assert panel["title"] == "fused_rope_0 [bf16|256x16x1024x32|align16]"
+    assert [(b["value"], b["note"], b["kind"]) for b in panel["bars"]] == [
+        (8.192, "250 SASS x 4 warps", "config"),
+        (0.0, "no static cost (no ptxas)", "missing"),
+        (0.0, "no static cost (not compiled)", "missing")]
+    assert f"![{STATIC_TITLE}: bytes per warp-instruction" in paths["md"].read_text()
+
+
+def test_on_a_gpu_the_chart_plots_the_timings(tmp_path):
+    paths = write_report([rope_kernel_report()], tmp_path, device="NVIDIA H200", copy_gbps=4300.0,
+                         interpreter=False)
+    chart = json.loads(paths["json"].read_text())["chart"]
+    assert chart["title"] == "Autotune: NVIDIA H200" and chart["quantity"] == "p50_ms"
+    assert chart["band"] is None
+    bars = chart["panels"][0]["bars"]
+    assert [(b["value"], b["kind"]) for b in bars] == [(1.0, "winner"), (1.25, "config"),
+                                                       (0.0, "missing")]
+    assert (bars[0]["low"], bars[0]["high"]) == pytest.approx((0.1, 0.2))

@@ -6,6 +6,7 @@ import pytest
 
 import triton_exec
 from triton_exec import autotune
+from triton_exec.report_chart import STATIC_TITLE
 from triton_exec.report_format import INTERPRETER_NOTE
 
 from test_autotune import rope, rope_args
@@ -58,6 +59,11 @@ def test_report_of_a_tiny_rope_on_the_interpreter(tmp_path, cache_dir):
     moved = costs[0]["bytes_loaded"] + costs[0]["bytes_stored"]
     assert moved == pytest.approx(kernel["bytes_moved"] / programs)
     assert all(c["instructions"] > 0 and c["counted"] in ("SASS", "PTX") for c in costs)
+    # with no GPU the picture is those static costs, not the interpreter's milliseconds
+    assert report["chart"]["title"] == STATIC_TITLE
+    (panel,) = report["chart"]["panels"]
+    assert [b["value"] for b in panel["bars"]] == [c["bytes_per_warp_instruction"] for c in costs]
+    assert all(b["value"] > 0 for b in panel["bars"]) and paths["png"].exists()
     assert kernel["key"].endswith("|interpreter")
     md = paths["md"].read_text()
     assert "NOT GPU timings" in md.splitlines()[0]

@@ -31,7 +31,9 @@ def widths(counts: dict) -> set:
 
 CASES = [  # (name, function, inputs, load widths in bytes, store widths in bytes)
     ("pad (4,4)", lambda x: F.pad(x, (4, 4)), [torch.randn(64)], {16}, {16}),
-    ("pad (2,2)", lambda x: F.pad(x, (2, 2)), [torch.randn(64)], {8}, {16}),
+    # per access: the chunk [2, 66) starts where x does, so its loads are 16 bytes and its
+    # stores, 2 off the output's multiples of 4, 8 bytes (both were 8 and 16 with one V)
+    ("pad (2,2)", lambda x: F.pad(x, (2, 2)), [torch.randn(64)], {16}, {8}),
     # the stores of a 66-wide output are 8 bytes; the loads of the aligned 64 are not narrowed
     ("pad (0,2)", lambda x: F.pad(x, (0, 2)), [torch.randn(64)], {16}, {8}),
     ("slice [4:-4] + y", lambda x, y: x[4:-4] + y, [torch.randn(72), torch.randn(64)], {16},

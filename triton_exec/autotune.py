@@ -156,15 +156,16 @@ def tuning_key(source: str, example_args: dict, domain: tuple, device: str) -> s
 
 
 def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: int,
-                 narrowest: int | None = None, loop_extent: int | None = None
-                 ) -> list[LaunchConfig]:
+                 narrowest: int | None = None, loop_extent: int | None = None,
+                 min_rows: int = 1) -> list[LaunchConfig]:
     """The heuristic first; then the same tile with each narrower VEC (1, 2, ... below the
     analysis' maximum `vector`), the A/B of the vectorization; for a kernel with a loop (over a
     dim of `loop_extent`), the heuristic with LOOP 2 and 8 (up to the extent); then ROWS x
     num_warps around the heuristic at the full VEC, nearest first (in tile size, then warps).
     COLS is kept; each thread holds >= VEC elements along COLS (ROWS*COLS >= 32*num_warps*VEC;
-    for a kernel computed in column chunks, along its `narrowest` chunk) and at most 64 in all.
-    At most `max_configs`."""
+    for a kernel computed in column chunks, along its `narrowest` chunk) and at most 64 in all;
+    ROWS >= `min_rows` (a transpose's 2-D tile: its widest load along the rows). At most
+    `max_configs`."""
     cols = heuristic.cols
     narrowest = narrowest or cols
     max_rows = max(triton.next_power_of_2(max(rows, 1)), heuristic.rows)
@@ -177,7 +178,7 @@ def config_space(heuristic: LaunchConfig, rows: int, vector: int, max_configs: i
     r = 1
     while r <= max_rows:
         tile = r * cols
-        if tile <= 16384 and (tile >= 256 or r == max_rows):
+        if tile <= 16384 and (tile >= 256 or r == max_rows) and r >= min_rows:
             for warps in (1, 2, 4, 8):
                 if r * narrowest >= 32 * warps * vector and tile <= 64 * 32 * warps:
                     candidates.add(LaunchConfig(r, cols, warps, vector, heuristic.loop))
@@ -313,7 +314,8 @@ def choose_config(lowered, kernel, example_args: dict, domain: list[int], device
                        note="tuning off (no CUDA device, or TRITON_EXEC_AUTOTUNE=0)")
     configs = config_space(heuristic, rows, lowered.max_width, _max_configs(interpreter),
                            min((c.width for c in lowered.chunks), default=None),
-                           lowered.loop and lowered.loop.extent)
+                           lowered.loop and lowered.loop.extent,
+                           max((a.width for a in lowered.accesses if a.axis == "rows"), default=1))
     log.info("tuning %s over %d configs on %s (domain %s)", lowered.name, len(configs),
              device_kind(device, interpreter), domain)
     start = time.perf_counter()

@@ -15,7 +15,7 @@ import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
-from triton_exec import autotune, cost, fusion, launch, offline
+from triton_exec import autotune, cost, fusion, horizontal, launch, offline
 from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
 
 log = logging.getLogger("triton_exec")
@@ -170,7 +170,8 @@ class TritonExecutor(ir.Executor):
             new = replaced.get(i, e)
             if new is not None:
                 eqns.append(new)
-        return trace.replace(eqns=tuple(eqns), provenance=f"Fusion by the {self.name} executor")
+        return trace.replace(eqns=tuple(horizontal.schedule(eqns)),
+                             provenance=f"Fusion by the {self.name} executor")
 
     def _fuse(self, trace, group, groups, ctx, number):
         start = time.perf_counter()

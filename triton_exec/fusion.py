@@ -2,9 +2,11 @@
 
 Partitioning goes by dataflow from the outputs back: a fusible equation joins the group of its
 consumers when every consumer of its output is in that one group (so nothing escapes the group
-but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast) read by
-several groups joins each of them, as index arithmetic costs less than a round trip to memory,
-and a view of a group's result is left to torch, where it costs nothing. Host equations (shape queries, integer math) never
+but its root's output, and no cycle can form); a view (slice, reshape, permute, broadcast), or a
+cheap op (`recomputed`), read by several groups joins each of them, as index arithmetic costs
+less than a round trip to memory, and a view of a group's result is left to torch, where it
+costs nothing. Independent groups then merge into one kernel where their outputs nest
+(`triton_exec.horizontal`). Host equations (shape queries, integer math) never
 join a group and never split one. A group made only of views (slices, reshapes, broadcasts,
 permutes) is left to torch, where those cost nothing; a copy (clone, `.contiguous()` of a view
 that is not contiguous, a reshape that cannot view: the tracer decides) is a kernel, alone or
@@ -12,15 +14,16 @@ fused with its producers and consumers.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 
-from ir import TensorProxy
+from ir import TensorProxy, prims
 from ir.ops.vjp import has_rule
-from ir.proxies import same_shape
+from ir.proxies import same_size
 from ir.trace import iter_vars
-from triton_exec import row_groups
+from triton_exec import horizontal, row_groups, vectorize
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
 
@@ -86,12 +89,44 @@ def refusal(eqn) -> tuple[str, str] | None:
     return None
 
 
+def _bytes(t) -> int:
+    return math.prod(vectorize.hint_of(s) for s in t.shape) * t.dtype.itemsize
+
+
+def recomputed(eqn) -> bool:
+    """Whether a value read by several groups is recomputed in each rather than stored by a
+    kernel of its own: a view, or an elementwise or data-movement op (no reduction) that reads
+    no more bytes than it writes (M-RoPE's `cat` of cos sections read by q's and k's RoPE:
+    each reads the sections instead of a stored cat)."""
+    if is_view(eqn):
+        return True
+    if row_groups.reduces(eqn):
+        return False
+    read = sum(_bytes(v) for v in eqn.input_vars() if isinstance(v, TensorProxy))
+    return read <= sum(_bytes(o) for o in eqn.outs if o is not None)
+
+
+def _stores_reshaped(eqn, producers, consumers, escaping) -> bool:
+    """Whether a reshape of outer dims, the only reader of a computed value, is the root of that
+    value's group: the kernel stores the reshaped tensor (the same bytes, the strides eager's view
+    has), whose shape may nest with a sibling's (GQA's `repeat_kv`, `x[:, :, None].expand(b, h,
+    n, t, d).reshape(b, h * n, t, d)`: k's copy stored as [b, h * n, t, d], q's shape)."""
+    if eqn.prim is not prims.reshape or not eqn.out.ndim or not eqn.args[0].ndim:
+        return False
+    source = eqn.args[0]
+    producer = producers.get(id(source))
+    return (same_size(source.shape[-1], eqn.out.shape[-1]) and producer is not None
+            and fusible(producer) and not is_view(producer) and id(source) not in escaping
+            and len(consumers.get(id(source), ())) == 1)
+
+
 def partition(trace) -> list[list[int]]:
     """Groups of equation indices (each in trace order); the last index of a group is its root."""
     consumers: dict[int, set] = {}
     for i, eqn in enumerate(trace.eqns):
         for v in eqn.input_vars():
             consumers.setdefault(id(v), set()).add(i)
+    producers = {id(o): e for e in trace.eqns for o in e.outs if o is not None}
     escaping = {id(v) for v in iter_vars(trace.outputs)}
     groups_of: dict[int, set] = {}      # equation -> roots of the groups it belongs to
     groups: dict[int, list[int]] = {}
@@ -103,10 +138,10 @@ def partition(trace) -> list[list[int]]:
         escapes = any(id(o) in escaping for o in eqn.outs)
         all_fused = bool(users) and all(u in groups_of for u in users) and not escapes
         user_roots = set().union(*(groups_of[u] for u in users)) if all_fused else set()
-        if all_fused and (len(user_roots) == 1 or is_view(eqn)) and all(
+        if all_fused and (len(user_roots) == 1 or recomputed(eqn)) and all(
                 row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
-            roots = user_roots      # a view read by several groups is recomputed in each
-        elif is_view(eqn):
+            roots = user_roots      # a cheap value read by several groups is recomputed in each
+        elif is_view(eqn) and not _stores_reshaped(eqn, producers, consumers, escaping):
             continue                # a view of a result stays a free torch view
         else:
             roots = {i}
@@ -115,55 +150,7 @@ def partition(trace) -> list[list[int]]:
         for root in roots:
             groups[root].append(i)
     kept = [sorted(g) for g in groups.values() if not all(is_view(trace.eqns[i]) for i in g)]
-    return merge_siblings(trace, sorted(kept, key=lambda g: g[-1]), consumers)
-
-
-def _ancestors(trace) -> list[set]:
-    """For each equation, the indices of the equations it transitively depends on."""
-    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
-    result: list[set] = []
-    for e in trace.eqns:
-        deps = set()
-        for v in e.input_vars():
-            p = producer.get(id(v))
-            if p is not None:
-                deps.add(p)
-                deps |= result[p]
-        result.append(deps)
-    return result
-
-
-def merge_siblings(trace, groups, consumers) -> list[list[int]]:
-    """Merges independent groups whose outputs share one shape into one kernel with several
-    outputs. Group A joins a later group B when nothing in either depends on the other's output
-    (their roots) and nothing outside reads A's output before B's root, where the merged launch
-    happens."""
-    ancestors = _ancestors(trace)
-    merged: list[tuple[set, list[int]]] = []      # (roots, members)
-    for g in groups:
-        if not row_groups.mergeable(trace, g):
-            merged.append(({g[-1]}, list(g)))
-            continue
-        for roots, members in merged:
-            if not row_groups.mergeable(trace, members):
-                continue
-            a_root, b_root = max(roots), g[-1]
-            readers = set().union(*(consumers.get(id(o), set())
-                                    for r in roots for o in trace.eqns[r].outs))
-            if (_same_shape(trace.eqns[a_root].out, trace.eqns[b_root].out)
-                    and not any(r in ancestors[j] for r in roots for j in g)
-                    and b_root not in set().union(*(ancestors[j] for j in members))
-                    and all(r > b_root or r in g for r in readers)):
-                roots.add(b_root)
-                members[:] = sorted(set(members) | set(g))
-                break
-        else:
-            merged.append(({g[-1]}, list(g)))
-    return [members for _, members in merged]
-
-
-def _same_shape(a, b) -> bool:
-    return same_shape(a.shape, b.shape)
+    return horizontal.merge_siblings(trace, sorted(kept, key=lambda g: g[-1]))
 
 
 def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:

@@ -363,6 +363,22 @@ def period(division, leaf: Expr):
     return d, const
 
 
+def aligned_run(inner: Expr, mask: "Mask", leaf: Expr) -> int:
+    """The largest power of two that divides `inner` less `leaf` and every mask threshold along
+    `leaf` (an atom `leaf + e < b` or `>= b`: b - e): the lanes of `leaf` (an arange) run in
+    aligned groups of it over which `inner` is contiguous and the mask constant, as Triton
+    proves it; 1 where an atom along `leaf` has another form."""
+    g = add(inner, mul(leaf, -1)).divisor
+    walks = leaf.deps - {"pid"}
+    for atom in mask.atoms:
+        if not (atom.a.deps | atom.b.deps) & walks:
+            continue
+        if coefficient(atom.a, leaf) != 1 or atom.b.tiled:
+            return 1
+        g = math.gcd(g, add(atom.b, mul(add(atom.a, mul(leaf, -1)), -1)).divisor)
+    return g
+
+
 def coefficient(e: Expr, leaf: Expr) -> int:
     """The coefficient of `leaf` in e when no other part of e varies with what `leaf` walks (its
     arange; the program id is one value per program, so `rows` does not vary along `cols`)."""

@@ -119,9 +119,15 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
     return dataclasses.replace(config, loop=min(LOOP_BLOCK, lowered.loop.extent))
 
 
+TRANSPOSE_COLS = 64     # COLS at most of a transpose's 2-D tile (`Lowered.row_axis`)
+
+
 def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
+    """A transpose's 2-D tile keeps COLS to `TRANSPOSE_COLS`, so ROWS hold the widest
+    row-axis access for each thread (its layout walks the rows)."""
     width = lowered.max_width
-    cols = min(triton.next_power_of_2(max(cols_hint, 1)), 1024)
+    cols = min(triton.next_power_of_2(max(cols_hint, 1)),
+               1024 if lowered.row_axis is None else TRANSPOSE_COLS)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 4
@@ -198,13 +204,9 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
             strides[id(t)] = names.take(f"{t.name}_strides")
             lines.append(f"    {strides[id(t)]} = {local[id(t)]}.stride()")
     sizes = [size(s) for s in lowered.allocated]
-    shape = "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
-    stride = "(" + ", ".join(product(sizes[d + 1:]) for d in range(len(sizes))) + (
-        "," if len(sizes) == 1 else "") + ")"
-    if constant:
-        stride = str(eval(stride))
     for k, out in enumerate(lowered.outputs):
         outs[k] = names.take(f"out{k}")
+        shape, stride = _allocation(lowered.output_shape(k), size, constant)
         lines.append(f"    {outs[k]} = EMPTY({shape}, {stride}, {out.dtype})")
     constexprs = config.constexprs()
     launch_args = ", ".join([p.source(name_of) for p in lowered.params]
@@ -231,6 +233,15 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
         lines.append(f"    {call}")
     lines.append(f"    return {', '.join(outs[k] for k in range(len(lowered.outputs)))}")
     return "\n".join(lines) + "\n"
+
+
+def _allocation(shape: tuple, size, constant: bool) -> tuple[str, str]:
+    """Source of a contiguous output's shape and strides (`size(s)`: a size's source); strides
+    folded when the sizes are constants."""
+    sizes = [size(s) for s in shape]
+    comma = "," if len(sizes) == 1 else ""
+    stride = "(" + ", ".join(product(sizes[d + 1:]) for d in range(len(sizes))) + comma + ")"
+    return "(" + ", ".join(sizes) + comma + ")", str(eval(stride)) if constant else stride
 
 
 def specialization_key(pointers: list[int], ints: list[int]):

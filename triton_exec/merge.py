@@ -16,6 +16,7 @@ import dataclasses
 import math
 
 from ir import IntProxy, TensorProxy
+from ir.proxies import same_shape
 from ir.trace import Eqn
 from triton_exec.rules import rule_of
 
@@ -58,13 +59,15 @@ def _input_allows(example, k) -> bool:
 
 
 def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
-    """The group rewritten on merged inner dims, or None when no merge applies."""
+    """The group rewritten on merged inner dims, or None when no merge applies. Outputs of
+    several shapes (a horizontal fusion) merge the dims they share."""
     r = len(outputs[0].shape)
     tensors = [v for e in eqns for v in (*e.input_vars(), *e.outs) if isinstance(v, TensorProxy)]
     if any(len(t.shape) != r for t in tensors):
         return None
     for k in range(0, r - 1):
-        if (all(_eqn_allows(e, k) for e in eqns)
+        if (all(same_shape(o.shape[k:], outputs[0].shape[k:]) for o in outputs)
+                and all(_eqn_allows(e, k) for e in eqns)
                 and all(id(t) not in values or _input_allows(values[id(t)], k) for t in inputs)):
             return _rewrite(eqns, outputs, inputs, values, k)
     return None

@@ -1,7 +1,8 @@
 """Autotune report writer: report.json for machines, report.md and report.png for people.
 
 It only formats results; how the timings were obtained (``do_bench`` on a GPU, or the Triton
-interpreter on a CPU) is the caller's business, and the report says which one plainly.
+interpreter on a CPU) is the caller's business, and the report says which one plainly. What the
+picture plots (timings on a GPU, static costs without one) is `report_chart`'s.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from triton_exec import report_chart
 
 REPORT_FORMAT_VERSION = 1
 INTERPRETER_NOTE = "Timings come from the Triton interpreter on a CPU and are not GPU timings."
@@ -92,15 +95,17 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
-    chart_path = out_dir / "report.png"
-    chart_written = _write_chart(kernels, chart_path, device=device, interpreter=interpreter)
+    chart = report_chart.chart(kernels, device=device, interpreter=interpreter)
+    chart_written = report_chart.draw(chart, out_dir / "report.png")
     if chart_written:
-        paths["png"] = chart_path
+        paths["png"] = out_dir / "report.png"
     paths["json"].write_text(
-        json.dumps(_report_json(kernels, device, copy_gbps, interpreter), indent=2) + "\n", encoding="utf-8"
+        json.dumps(_report_json(kernels, device, copy_gbps, interpreter, chart), indent=2) + "\n",
+        encoding="utf-8"
     )
     paths["md"].write_text(
-        _report_markdown(kernels, device, copy_gbps, interpreter, chart_written), encoding="utf-8"
+        _report_markdown(kernels, device, copy_gbps, interpreter, chart, chart_written),
+        encoding="utf-8"
     )
     return paths
 
@@ -109,7 +114,7 @@ def _timings_note(device: str, interpreter: bool) -> str:
     return INTERPRETER_NOTE if interpreter else f"Timings measured on {device}."
 
 
-def _report_json(kernels, device, copy_gbps, interpreter) -> dict:
+def _report_json(kernels, device, copy_gbps, interpreter, chart) -> dict:
     return {
         "format": REPORT_FORMAT_VERSION,
         "interpreter": interpreter,
@@ -126,10 +131,11 @@ def _report_json(kernels, device, copy_gbps, interpreter) -> dict:
             }
             for kernel in kernels
         ],
+        "chart": asdict(chart),
     }
 
 
-def _report_markdown(kernels, device, copy_gbps, interpreter, chart_written) -> str:
+def _report_markdown(kernels, device, copy_gbps, interpreter, chart, chart_written) -> str:
     if interpreter:
         lines = [
             "# Autotune report: Triton interpreter on a CPU, NOT GPU timings",
@@ -141,7 +147,7 @@ def _report_markdown(kernels, device, copy_gbps, interpreter, chart_written) -> 
     copy_text = f"{copy_gbps:.1f} GB/s (device-to-device copy, read + write)" if copy_gbps else "not measured"
     lines += ["", f"Device: {device}. Copy bandwidth: {copy_text}.", ""]
     lines.append(
-        "![p50 per config, whiskers p20-p80](report.png)" if chart_written
+        f"![{chart.title}: {chart.x_label}](report.png)" if chart_written
         else "Chart not written: matplotlib is not installed."
     )
     for kernel in kernels:
@@ -222,39 +228,3 @@ def _widths_text(access_widths: dict) -> str:
 
 def _mapping_text(mapping: dict) -> str:
     return ", ".join(f"{name}: {value}" for name, value in mapping.items()) or "none"
-
-
-def _write_chart(kernels, path: Path, *, device: str, interpreter: bool) -> bool:
-    """Per kernel, a horizontal bar per config (p50, whiskers p20-p80); False without matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        return False
-    figure = Figure(figsize=(8, 1.2 + sum(0.35 * max(len(k.configs), 1) + 0.8 for k in kernels)))
-    axes_list = figure.subplots(max(len(kernels), 1), 1, squeeze=False)[:, 0]
-    for axes, kernel in zip(axes_list, kernels):
-        winner = None if interpreter else kernel.winner
-        labels = [c.label + (" (failed)" if c.failed else "") for c in kernel.configs]
-        p50 = [0.0 if c.failed else c.p50_ms for c in kernel.configs]
-        whiskers = [
-            [0.0 if c.failed else c.p50_ms - c.p20_ms for c in kernel.configs],
-            [0.0 if c.failed else c.p80_ms - c.p50_ms for c in kernel.configs],
-        ]
-        colors = ["tab:green" if c is winner else "tab:gray" if c.failed else "tab:blue" for c in kernel.configs]
-        axes.barh(range(len(labels)), p50, xerr=whiskers, color=colors)
-        axes.set_yticks(range(len(labels)), labels, fontsize=7)
-        axes.invert_yaxis()
-        axes.set_xlabel("ms (p50, whiskers p20-p80)")
-        axes.set_title(f"{kernel.name} [{kernel.key}]", fontsize=9)
-    from matplotlib.patches import Patch
-    legend = [Patch(color="tab:blue", label="config (p50 ms)"),
-              Patch(color="tab:gray", label="failed")]
-    if not interpreter:
-        legend.insert(0, Patch(color="tab:green", label="winner (lowest p50)"))
-    figure.legend(handles=legend, loc="lower center", ncol=len(legend), fontsize=7, frameon=False)
-    source = ("Triton interpreter on CPU: NOT GPU timings, no winner" if interpreter
-              else device)
-    figure.suptitle(f"Autotune: {source}", fontsize=9, wrap=True)
-    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
-    figure.savefig(path, dpi=100)
-    return True

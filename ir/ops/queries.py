@@ -9,7 +9,7 @@ import torch
 from ir.ops.movement import layout_meta
 from ir.ops.registry import HANDLERS, METHODS, PROPERTIES, register
 from ir.proxies import TensorProxy
-from ir.recording import specialize
+from ir.recording import opaque, specialize
 
 METHODS["size"] = TensorProxy.size
 HANDLERS[torch.numel] = HANDLERS[torch.Tensor.numel] = TensorProxy.numel
@@ -18,6 +18,9 @@ METHODS["dim"] = METHODS["ndimension"] = TensorProxy.dim
 METHODS["element_size"] = lambda input: input.dtype.itemsize
 METHODS["get_device"] = lambda input: input.device.index if input.device.type != "cpu" else -1
 METHODS["is_signed"] = lambda input: input.dtype.is_signed
+METHODS["is_conj"] = lambda input: False        # traced tensors are real
+METHODS["is_same_size"] = lambda input, other: input.shape == other.shape
+METHODS["dim_order"] = lambda input, **kwargs: layout_meta(input).dim_order(**kwargs)
 HANDLERS[torch.Tensor.get_device] = METHODS["get_device"]
 HANDLERS[torch.Tensor.is_signed] = METHODS["is_signed"]
 
@@ -54,6 +57,17 @@ def stride(input, dim=None):
     return tuple(strides) if dim is None else strides[dim]
 
 
+@register(torch.Tensor.type, methods=("type",))
+def type_(input, dtype=None, non_blocking=False, **kwargs):
+    """`x.type()`: the legacy type name ('torch.FloatTensor'); with a type, the conversion."""
+    if dtype is not None:
+        return opaque(torch.Tensor.type, (input, dtype, non_blocking), kwargs)
+    name = torch.empty(0, dtype=input.dtype).type()
+    return name if input.device.type == "cpu" else name.replace(
+        "torch.", f"torch.{input.device.type}.", 1)
+
+
+PROPERTIES["data"] = lambda input: opaque(torch.Tensor.detach, (input,), {})   # an alias
 # Attributes that library code reads of a tensor, answered from the metadata (traced tensors are
 # dense, strided and real: `ir.jit` refuses other arguments)
 PROPERTIES.update({

@@ -9,7 +9,7 @@ from ir import IntProxy
 from ir.proxies import FloatProxy
 from triton_exec import index
 from triton_exec.codegen.analysis import Group
-from triton_exec.codegen.stores import values_and_stores
+from triton_exec.codegen.stores import Columns, blocks, outputs_of, values_and_stores
 from triton_exec.codegen.tile_plan import Tile
 from triton_exec.codegen.writer import KernelWriter
 from triton_exec.vectorize import Path
@@ -28,10 +28,11 @@ def kernel_writer(group: Group, vectorize_enabled: bool) -> KernelWriter:
 
 def runtime_sizes(group: Group, w: KernelWriter) -> list:
     """The runtime sizes and numbers the kernel reads (each once, in order of first use): the
-    group's allocated sizes, then those in its parameters' values."""
+    group's allocated sizes (each output's), then those in its parameters' values."""
     sizes = []
-    read = list(group.allocated) + [leaf.source for p in w.params if p.value is not None
-                                    for leaf in index.leaves(p.value)]
+    read = [s for shape in (group.allocated, *group.output_shapes) for s in shape]
+    read += [leaf.source for p in w.params if p.value is not None
+             for leaf in index.leaves(p.value)]
     for s in read:
         if isinstance(s, (IntProxy, FloatProxy)) and all(s is not v for v in sizes):
             sizes.append(s)
@@ -45,20 +46,27 @@ def build(group: Group, tile: Tile, w: KernelWriter, chunks=None, share=True) ->
     are those of the first unmasked chunk of its width shifted (`cols_0 + 64`), so a value one
     chunk reads at another's columns (a RoPE's partner half) is the value that chunk read."""
     w.rows, w.cols, w.pairs, w.loop = tile.rows, tile.cols, tile.pairs, tile.loop
+    w.row_axis = tile.row_axis
     w.column_leaves.append(tile.cols)
     w.lines.append(_tile_comment(tile, w, chunks))
     _tile_indices(group, tile, w, chunks)
     if tile.loop is not None:
         _loop_start(tile.loop, w.lines)
     _outer_indices(tile, w)
+    outputs = outputs_of(group, tile, w)
+    plain = [o for o in outputs if o.block is None]
     if not chunks:
         w.lines.append("# Values, as functions of the output index")
         # the domain's mask `cols < extent` narrows every access of a whole tile (pair tiling:
         # the widths are read from the index, `Pairs.gcd`)
         start = Path() if tile.pairs is not None else Path().through(group.domain[-1])
-        return values_and_stores(group, tile, w, tile.cols, tile.in_domain, start)
-    _chunked_values(group, tile, w, chunks, share)
-    return []
+        columns = Columns(tile.cols, tile.in_domain, start, tile.cols)
+        stores = values_and_stores(group, tile, w, columns, plain)
+        passes = [columns]
+    else:
+        stores, passes = [], _chunked_values(group, tile, w, chunks, share, plain)
+    blocks(group, tile, w, passes, [o for o in outputs if o.block is not None])
+    return stores
 
 
 def _tile_comment(tile: Tile, w: KernelWriter, chunks) -> str:
@@ -67,6 +75,9 @@ def _tile_comment(tile: Tile, w: KernelWriter, chunks) -> str:
     rows_walk = ("ROWS walks the other outer dims" if loop is None or len(tile.sizes) > 2
                  else "no other outer dim: one row")
     looped = f"; dim {loop.dim} is walked by a loop in each program, {rows_walk}" if loop else ""
+    if tile.row_axis is not None:
+        looped += (f"; ROWS walk dim {tile.row_axis.dim} fastest: a 2-D tile, loads contiguous "
+                   f"along it are wide along the rows, the stores along the columns")
     if tile.pairs is None:
         return (f"# Tile [ROWS, COLS] of the output domain [{domain}]; COLS walks the innermost "
                 f"dim" + (" (whole, in column chunks: over each every cat/pad/slice boundary "
@@ -123,31 +134,41 @@ def _outer_indices(tile: Tile, w: KernelWriter) -> None:
                 w.render.bind(o, w.names.take(f"o{d}"))
 
 
-def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bool) -> None:
-    """Each column chunk's column index, values and stores in turn (see `build`)."""
+def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bool,
+                    outputs: list) -> list[Columns]:
+    """Each column chunk's column index, the outputs' values and stores in turn (see `build`);
+    returns the chunks' columns."""
     body = w.lines
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
     _bind_domain(w, in_rows, "in_rows", {tile.rows: "ROWS"})
     shared = {}                             # width -> the first unmasked chunk's leaf, start
+    passes = []
     for chunk in chunks:
         w.shape = f"[ROWS, {chunk.width}]"
-        body.append(f"# Columns [{chunk.start}, {chunk.stop})")
+        comment = f"# Columns [{chunk.start}, {chunk.stop})"
+        body.append(comment)
+        # a chunk off the vector's multiples is aligned to its loads (a symmetric pad's input
+        # columns): its index is a bare arange shifted by the start, and each load's width is
+        # read from its own index (`index.aligned_run`), the stores' from the start
+        w.shifted_cols = chunk.start % w.max_vector != 0
         if share and not chunk.masked and chunk.width in shared:
             w.cols, first = shared[chunk.width]
             cols = index.add(w.cols, chunk.start - first)
         else:
-            cols = w.cols = index.Leaf(w.names.take(f"cols_{chunk.start}"),
-                                       frozenset({"col_arange"}), 32, 1, chunk.start, chunk.stop)
-            w.column_leaves.append(cols)
+            first = 0 if w.shifted_cols else chunk.start
+            w.cols = index.Leaf(w.names.take(f"cols_{chunk.start}"), frozenset({"col_arange"}),
+                                32, 1, first, first + chunk.stop - chunk.start)
+            cols = index.add(w.cols, chunk.start - first)
+            w.column_leaves.append(w.cols)
             if not chunk.masked:
-                shared[chunk.width] = cols, chunk.start
-            arange = ((f"{chunk.start} + " if chunk.start else "")
+                shared[chunk.width] = w.cols, first
+            arange = ((f"{first} + " if first else "")
                       + f"tl.arange(0, {chunk.width})[None, :]")
             if chunk.width >= w.max_vector:
                 # VEC caps the contiguity Triton may assume (on the 2-d index: a cap on a bare
                 # or shifted arange is lost where Triton folds it)
                 arange = f"tl.max_contiguous({arange}, [1, VEC])"
-            body.append(f"{cols.name} = {arange}")
+            body.append(f"{w.cols.name} = {arange}")
         # bounds hold for the lanes the masks keep: the chunk's own mask is not folded by them
         in_chunk = in_rows & (index.Mask((index.Less(cols, index.Const(chunk.stop)),))
                               if chunk.masked else index.TRUE)
@@ -155,7 +176,9 @@ def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bo
         # loads of a chunk of aligned input rows stay wide where the output's rows (of 17) make
         # the stores narrow (their width is the output's, `values_and_stores`)
         start = Path().through(chunk.start, chunk.width, *((chunk.stop,) if chunk.masked else ()))
-        body.extend(values_and_stores(group, tile, w, cols, in_chunk, start))
+        passes.append(Columns(cols, in_chunk, start, w.cols, w.shape, comment))
+        body.extend(values_and_stores(group, tile, w, passes[-1], outputs))
+    return passes
 
 
 def _bind_domain(w, mask: index.Mask, name: str, blocks: dict) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from triton_exec import index
+from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.assembly import build, kernel_writer
 from triton_exec.codegen.kernel_types import known
@@ -33,13 +33,14 @@ PIECEWISE_MAX_COLS = 1024       # a static innermost extent up to this is comput
 CHUNKS_PER_SEGMENT = 4          # exact power-of-two chunks per segment before a masked one
 
 
-def plan_chunks(group: Group, boundaries) -> list | None:
+def plan_chunks(group: Group, boundaries, shifted: bool = False) -> list | None:
     """Column chunks over which every cat/pad/slice boundary is decided: the domain's static
     innermost extent split where a boundary `c` (a column at which some mask of the kernel
     changes, found by building it whole) meets a multiple of the group's vector (at `c` when
-    aligned, else at the multiples around it: the chunk between keeps its selects). Each
-    segment is cut into power-of-two chunks. None when nothing splits (the kernel is built
-    whole) or the extent is runtime or large."""
+    aligned, else at the multiples around it: the chunk between keeps its selects), or with
+    `shifted`, at `c` itself (a chunk then starts where its input does: `F.pad(x, (1, 1))`'s
+    columns [1, 17) read x's aligned [0, 16)). Each segment is cut into power-of-two chunks.
+    None when nothing splits (the kernel is built whole) or the extent is runtime or large."""
     extent = group.domain[-1]
     if not known(extent) or not 1 < extent <= PIECEWISE_MAX_COLS:
         return None
@@ -47,7 +48,7 @@ def plan_chunks(group: Group, boundaries) -> list | None:
     points = {0, extent}
     for c in boundaries:
         if 0 < c < extent:
-            points |= {min(c // v * v, extent), min(-(-c // v) * v, extent)}
+            points |= ({c} if shifted else {min(c // v * v, extent), min(-(-c // v) * v, extent)})
     points = sorted(points)
     if len(points) == 2:
         return None
@@ -92,12 +93,34 @@ def column_boundaries(group: Group, vectorize_enabled: bool, chunks=None) -> set
 def plan_columns(group: Group, vectorize_enabled: bool) -> list | None:
     """The column chunks of the kernel (see `plan_chunks`): from the boundaries of the whole
     kernel, then once more with those of the chunked one (a boundary a chunk's bounds reveal:
-    a pad inside a head once the reshape's division by the head size folds)."""
+    a pad inside a head once the reshape's division by the head size folds); or the chunks that
+start at the boundaries themselves (`plan_chunks`' `shifted`) where they make the narrowest
+load wider in no more accesses per row: the loads of a symmetric pad's aligned input rows wide,
+its stores as the odd start allows, rather than both as narrow as the pad's width makes them."""
     boundaries = column_boundaries(group, vectorize_enabled)
     chunks = plan_chunks(group, boundaries)
     if chunks is None:
         return None
     finer = plan_chunks(group, boundaries | column_boundaries(group, vectorize_enabled, chunks))
-    return finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
+    chunks = finer if len(finer) <= MAX_CHUNKS else chunks if len(chunks) <= MAX_CHUNKS else None
+    shifted = plan_chunks(group, boundaries, shifted=True)
+    if chunks is None or not vectorize_enabled or shifted == chunks or len(shifted) > MAX_CHUNKS:
+        return chunks
+    (count, narrowest), (shifted_count, shifted_narrowest) = (
+        _load_widths(group, plan) for plan in (chunks, shifted))
+    return shifted if shifted_narrowest > narrowest and shifted_count <= count else chunks
+
+
+def _load_widths(group: Group, chunks) -> tuple:
+    """(accesses per row, narrowest load) of the kernel in `chunks`: the global accesses
+    (vector instructions) a row of the domain takes, each chunk built alone in a scratch writer
+    (its width over each access's width), and the narrowest width of a load."""
+    count, narrowest = 0.0, vectorize.DIVISOR_CAP
+    for chunk in chunks:
+        w = kernel_writer(group, True)
+        build(group, plan_tile(group, w), w, [chunk], share=False)
+        count += sum(chunk.width / a.width for a in w.accesses)
+        narrowest = min([narrowest] + [a.width for a in w.accesses if a.kind == "load"])
+    return count, narrowest
 
 

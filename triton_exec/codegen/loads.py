@@ -59,7 +59,15 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     inner_stride = (example.stride(inner if constant else original_dims[inner])
                     if t.ndim else 0)
     walks = bool(idx) and t.ndim and index.coefficient(idx[-1], w.cols) == 1
-    inner_path = path if walks else path.broken()
+    inner_path, axis = path if walks else path.broken(), "cols"
+    if walks and w.shifted_cols and path.contiguous:    # a load-aligned column chunk: the
+        # width is read from the index (the chunk's start, off the vector's multiples, is in it)
+        inner_path = Path(min(index.aligned_run(idx[-1], mask, w.cols), vectorize.DIVISOR_CAP))
+    if not walks and inner_stride == 1 and t.ndim and not is_constant(t.shape[-1], 1):
+        w.across.append((idx[-1], example.element_size() * example.numel()))
+        along_rows = w.row_axis and w.row_axis.gcd(idx[-1], index.add(*terms[:-1]), mask)
+        if along_rows:      # contiguous along the rows of a transpose's tile
+            inner_path, axis = Path(along_rows), "rows"
     dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
     if w.pairs is not None and t.ndim and inner_stride == 1:
         if index.coefficient(idx[-1], w.cols) == 2 and not is_constant(t.shape[-1], 1):
@@ -70,7 +78,7 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         # pair tiling: the width is what the index and the mask show Triton
         inner_path = Path(w.pairs.gcd(idx[-1], mask, w.cols)) if walks else path.broken()
     return _emit_load(w, t, example, index.add(*terms), mask, inner_path, what, inner_stride,
-                      outer_strides, dims)
+                      outer_strides, dims, axis=axis)
 
 
 def _offsets_fit_int32(w, t, example, argument: bool) -> bool:
@@ -196,11 +204,12 @@ def merged_view(w, t, i):
 
 
 def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_strides,
-              dims, full: bool = False, inner_extent=None) -> str:
+              dims, full: bool = False, inner_extent=None, axis: str = "cols") -> str:
     """dims: for an argument (whose layout the prologue guards), the original dim of its
     innermost dim and those of `outer_strides`; None for a tensor made by torch. `full`:
     a load of the full tile [ROWS, 2 * COLS] of pair tiling, whose innermost extent is
-    `inner_extent` (t's last two dims viewed as one)."""
+    `inner_extent` (t's last two dims viewed as one). `axis`: the tile axis `path` is along
+    ("rows": a load contiguous along the rows of a transpose's tile, `row_axis`)."""
     if inner_extent is None:
         inner_extent = t.shape[-1] if t.ndim else 1
     if mask.false:      # no lane of the domain reads it: the value is `other`
@@ -220,7 +229,7 @@ def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_stri
         _guard_narrowing(w, t, example, width, width_at, dims)
     leaf = w.pairs.full_cols if full else w.cols
     access = Access("load", t.name, what, width, len(w.accesses),
-                    index.coefficient(offset, leaf) == 1)
+                    index.coefficient(offset, leaf) == 1, axis if width > 1 else "cols")
     w.accesses.append(access)
     w.itemsizes.append(example.element_size())
     offset = w.tile_shaped(offset, full)

@@ -178,7 +178,8 @@ def _full(w, eqn, idx, mask, path):
 
 
 def _full_merged(eqn, args, params, k, inner):
-    return (tuple(args[0][:k]) + (args[0][k] * inner,),), params
+    shape = eqn.outs[0].shape   # its sizes as guards left them (the merged ones constants)
+    return (tuple(shape[:k]) + (shape[k] * inner,),), params
 
 
 def _pow_refusal(eqn):

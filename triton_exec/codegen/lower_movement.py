@@ -110,6 +110,11 @@ def _broadcast(w, eqn, idx, mask, path):
         new.append(index.Const(0) if broadcast else idx[d])
     if t.ndim and (len(idx) - 1 not in dims or new[-1] == index.Const(0)):
         path = path.broken()
+    # the bound of a smaller output of a horizontal fusion on a dim this input does not read
+    dropped = [idx[d] for d in range(len(idx)) if d not in dims
+               or new[dims.index(d)] == index.Const(0)]
+    mask = index.Mask(tuple(a for a in mask.atoms
+                            if a not in w.nested_atoms or a.a not in dropped))
     return w.value(t, new, mask, path)
 
 

@@ -22,6 +22,8 @@ class Access:
 
     number: int = 0     # position among the kernel's accesses
     along_cols: bool = True     # its address walks the tile's columns one element at a time
+    axis: str = "cols"  # the tile axis its width is along: "cols", or "rows" for a load
+                        # contiguous along the outer dim ROWS walks fastest (`row_axis`)
     line: str = ""      # the kernel line it is (unique: a load binds a fresh name, a store
                         # writes its own offset): the record finds it in the source by this,
                         # wherever the lines move (a loop hoists loads above it)
@@ -137,6 +139,14 @@ class Lowered:
     loop: "LoopDim | None" = None   # the outer dim a loop in each program walks (LOOP indices
                                     # per program, the grid's second axis); `rows` excludes it
     whole_rows: bool = False    # a row plan (`row_plan`): COLS covers the row, one column block
+    row_axis: int | None = None     # a 2-D tile for a transpose (`row_axis`): the outer dim ROWS
+                                    # walks fastest, along which some loads are wide
+    output_shapes: tuple = ()   # each output's shape, where they differ (a horizontal fusion:
+                                # they nest in `allocated`); () when all are `allocated`
+
+    def output_shape(self, k: int) -> tuple:
+        """The shape of output `k` (ints and IntProxies)."""
+        return self.output_shapes[k] if self.output_shapes else self.allocated
 
     @property
     def domain(self) -> tuple:
@@ -146,6 +156,11 @@ class Lowered:
     @property
     def vector_width(self) -> dict:
         return {a.label: a.width for a in self.accesses}
+
+    @property
+    def vector_axis(self) -> dict:
+        """The tile axis each access's width is along: "cols" or "rows"."""
+        return {a.label: a.axis for a in self.accesses}
 
     @property
     def min_width(self) -> int:

@@ -6,7 +6,6 @@ lane's mask carried to the full tile). Imports `kernel_types` and `analysis` fro
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from ir import prims
 from triton_exec import index, vectorize
@@ -37,16 +36,8 @@ class Pairs:
 
     def gcd(self, inner, mask, leaf) -> int:
         """The largest power of two (up to the analysis' cap) that divides the innermost index
-        less its column leaf and each mask boundary along that leaf."""
-        g = index.add(inner, index.mul(leaf, -1)).divisor
-        for atom in mask.atoms:
-            if not atom.a.deps & leaf.deps - {"pid"} and not atom.b.deps & leaf.deps - {"pid"}:
-                continue
-            if index.coefficient(atom.a, leaf) != 1 or atom.b.tiled:
-                return 1
-            g = math.gcd(g, index.add(atom.b, index.mul(index.add(atom.a, index.mul(leaf, -1)),
-                                                           -1)).divisor)
-        return min(g, vectorize.DIVISOR_CAP)
+        less its column leaf and each mask boundary along that leaf (`index.aligned_run`)."""
+        return min(index.aligned_run(inner, mask, leaf), vectorize.DIVISOR_CAP)
 
     def to_full(self, mask, cols):
         """The mask of a pair lane as a mask of both its elements on the full tile: an atom

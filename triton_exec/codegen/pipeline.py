@@ -1,11 +1,13 @@
 """Lowering one fusion group to a kernel, step by step: analyze (`analysis`) -> plan the columns
-(`column_plan`), the loop (`loop_plan`) and the tile (`tile_plan`) -> build the body
+(`column_plan`), the loop (`loop_plan`), the rows of a transpose (`transpose_plan`) and the
+tile (`tile_plan`) -> build the body
 (`assembly`) -> render (`render`), or by the row plan (`row_plan`), into a `Lowered` (`lowered`), with pair tiling (`pairs`)
 without column chunks. The top of `triton_exec.codegen`: imports the steps, and is imported by
 no file of the package but `__init__`.
 """
 from __future__ import annotations
 
+from ir.proxies import same_shape
 from triton_exec import vectorize
 from triton_exec.codegen.analysis import analyze
 from triton_exec.codegen.assembly import build, kernel_writer, runtime_sizes
@@ -16,6 +18,7 @@ from triton_exec.codegen.pairs import pair_tiling
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.row_plan import lower_rows, reductions
 from triton_exec.codegen.tile_plan import plan_tile
+from triton_exec.codegen.transpose_plan import plan_rows
 
 
 def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> Lowered:
@@ -29,8 +32,9 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
     chunks = (None if pair_tiling(group, vectorize_enabled)
               else plan_columns(group, vectorize_enabled))
     loop_dim = plan_loop(group, vectorize_enabled, chunks)
+    row_dim = plan_rows(group, vectorize_enabled, chunks, loop_dim)
     w = kernel_writer(group, vectorize_enabled)
-    tile = plan_tile(group, w, loop_dim)
+    tile = plan_tile(group, w, loop_dim, row_dim=row_dim)
     stores = build(group, tile, w, chunks)
     source = render_kernel(name, w, stores)
     size_vars = runtime_sizes(group, w)
@@ -40,4 +44,11 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
                    tile.tiled, tuple(chunks or ()),
                    None if tile.loop is None else LoopDim(
                        tile.loop.dim, vectorize.hint_of(group.domain[tile.loop.dim]),
-                       tile.loop.extent))
+                       tile.loop.extent),
+                   row_axis=None if tile.row_axis is None else tile.row_axis.dim,
+                   output_shapes=_differing(group.output_shapes, group.allocated))
+
+
+def _differing(shapes: tuple, allocated: tuple) -> tuple:
+    """The outputs' shapes where one differs from the domain's (a horizontal fusion), else ()."""
+    return shapes if any(not same_shape(s, allocated) for s in shapes) else ()

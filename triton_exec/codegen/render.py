@@ -30,7 +30,7 @@ def render_kernel(name: str, w: KernelWriter, stores: list) -> str:
         decorator, name, signature, "\n".join("    " + line for line in body))
 
 
-_ASSIGNED = re.compile(r"^(\w+) = ")
+_ASSIGNED = re.compile(r"^\s*(\w+) = ")
 _TARGETS = re.compile(r"^(\w+(?:, \w+)*) = ")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
@@ -49,6 +49,11 @@ def loop_body(lines: list, loop: Loop) -> list:
             dependent.add(loop.leaf.name)
             continue
         code = line.split("#", 1)[0]
+        if line.startswith(" "):    # the body of a block (`stores`): with its header
+            inside.append(line)
+            if (targets := _TARGETS.match(code.strip())) is not None:
+                dependent |= set(targets[1].split(", "))
+            continue
         if not code.strip():        # consecutive comment lines head what follows together
             header, comments = (header if comments else ()) + (line,), True
             continue

@@ -1,7 +1,8 @@
 """Step 2 of lowering a group: the tile (`Tile`): the domain's sizes as index nodes, the
 [ROWS, COLS] tiling with its row and column indices, their widths and bounds, the domain mask,
 the outer indices, and optionally the loop over an outer dim inside each program (`Loop`) or
-pair tiling (`triton_exec.codegen.pairs`). Imports `kernel_types`, `analysis`, `pairs` and
+pair tiling (`triton_exec.codegen.pairs`), or the 2-D tile of a transpose, whose ROWS walk one
+outer dim fastest (`row_axis`). Imports `kernel_types`, `analysis`, `pairs`, `row_axis` and
 `writer` from this package.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from triton_exec.codegen import kernel_types
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.kernel_types import known
 from triton_exec.codegen.pairs import Pairs, pair_tiling
+from triton_exec.codegen.row_axis import RowAxis
 from triton_exec.codegen.writer import KernelWriter
 
 LOOP_MAX_EXTENT = 65535         # the grid's second axis: one program per block at most
@@ -33,13 +35,21 @@ class Tile:
     pairs: Pairs | None = None  # pair tiling
     tiled: tuple = ()           # the sizes the tile walks (pairs: the pairs' count innermost)
     loop: "Loop | None" = None  # the outer dim a loop inside each program walks, if any
+    row_axis: RowAxis | None = None     # the outer dim ROWS walks fastest (a transpose's tile)
+    reordered: bool = False     # ROWS walk the outer dims in another order than row-major
 
     @property
     def flat_rows(self):
-        """The row-major index of each lane's outer indices in the domain: `rows` itself, or
-        with a loop over dim L, `rows` with the loop's index put back in: the dims after L
+        """The row-major index of each lane's outer indices in the domain: `rows` itself; when
+        ROWS walk them `reordered`, the outer indices' row-major sum; or with a loop over dim L, `rows` with the loop's index put back in: the dims after L
         (A indices in all) stay where they are, those before L move by (E - 1) * A per step
         (E: L's extent); none when no dim before L is larger than 1."""
+        if self.reordered:
+            flat, scale = index.Const(0), index.Const(1)
+            for d in range(len(self.sizes) - 2, -1, -1):
+                flat = index.add(flat, index.mul(self.outer[d], scale))
+                scale = index.mul(scale, self.sizes[d])
+            return flat
         if self.loop is None:
             return self.rows
         before, after = index.Const(1), index.Const(1)
@@ -78,16 +88,18 @@ class Loop:
 
 
 def plan_tile(group: Group, w: KernelWriter, loop_dim: int | None = None,
-              pairing_allowed: bool = True) -> Tile:
+              pairing_allowed: bool = True, row_dim: int | None = None) -> Tile:
     """Step 2: the domain's sizes as index nodes (runtime ones become parameters of `w`), the
     tile indices with their widths and bounds (over the lanes inside the domain: masks keep no
     other), the domain mask and the outer indices. With `loop_dim` (an outer dim), that dim is
     walked by a loop inside each program (see `Loop`) and `rows` by the other outer dims.
-    `pairing_allowed`: False for a plan that needs the plain [ROWS, COLS] tile (`row_plan`)."""
+    `pairing_allowed`: False for a plan that needs the plain [ROWS, COLS] tile (`row_plan`).
+    With `row_dim` (an outer dim, not the loop's), ROWS walk it fastest (see `RowAxis`); a
+    runtime extent of it arrives divided by its guarded divisor, as the innermost's does."""
     domain = group.domain
     pairing = pair_tiling(group, w.vectorize) if pairing_allowed else None
     inner = len(domain) - (2 if pairing == "trailing" else 1)
-    sizes = [w.size(s, inner=d == inner) for d, s in enumerate(domain)]
+    sizes = [w.size(s, inner=d in (inner, row_dim)) for d, s in enumerate(domain)]
     tiled = [vectorize.hint_of(s) for s in domain]
     if pairing == "trailing":
         sizes, tiled = sizes[:-1], tiled[:-1]
@@ -98,6 +110,9 @@ def plan_tile(group: Group, w: KernelWriter, loop_dim: int | None = None,
         tiled[-1] //= 2
     # dims of size 1 have index 0: rows walks the others
     row_dims = [d for d in range(len(sizes) - 1) if d != loop_dim and sizes[d] != index.Const(1)]
+    reordered = row_dim in row_dims[:-1]
+    if reordered:               # walked fastest: last
+        row_dims = [d for d in row_dims if d != row_dim] + [row_dim]
     rows_extent = index.Const(1)
     for d in row_dims:
         rows_extent = index.mul(rows_extent, sizes[d])
@@ -117,9 +132,12 @@ def plan_tile(group: Group, w: KernelWriter, loop_dim: int | None = None,
     if loop is not None:
         outer[loop_dim] = loop.leaf
     in_domain = index.Mask((index.Less(rows, rows_extent), index.Less(cols, cols_extent)))
+    row_axis = (RowAxis(row_dim, outer[row_dim], sizes[row_dim], rows)
+                if row_dim in row_dims and pairing is None else None)
     if pairing is None:
         return Tile(sizes, rows, cols, rows_extent, cols_extent, in_domain, outer,
-                    [outer + [cols]], tiled=tuple(domain), loop=loop)
+                    [outer + [cols]], tiled=tuple(domain), loop=loop, row_axis=row_axis,
+                    reordered=reordered)
     full_cols = index.Leaf("full_cols", frozenset({"pid", "fcol_arange"}), cols.bits, 1, 0,
                            cols.hi and 2 * cols.hi)
     pairs = Pairs(pairing == "trailing", cols_extent, full_cols, full_extent)

@@ -52,14 +52,22 @@ class KernelWriter:
         self.zeros: dict = {}               # tile shape -> its int32 zero tile
         self.shape = "[ROWS, COLS]"         # the tile's shape: a column chunk's, when chunked
         self.narrow_tiles: dict = {}        # fp32 name of an fp16/bf16 value -> its NarrowTile
-        self.column_leaves: list = []       # the column index leaves: the tile's or its chunks'
+        self.column_leaves: list = []       # the column indices: the tile's or its chunks'
+        self.shifted_cols = False           # the chunk's columns are `cols` shifted off the
+                                            # vector's multiples (`assembly`)
         self.pairs = None                   # pair tiling (`pairs.Pairs`), or None
         self.loop = None                    # the loop over an outer dim (`tile_plan.Loop`)
+        self.row_axis = None                # the outer dim ROWS walk fastest (`row_axis`)
+        self.across: list = []              # (innermost index, bytes of the tensor) of each
+                                            # load whose contiguous innermost dim the columns
+                                            # do not walk
         self.row = None                     # the row plan's tile, read by reductions
         self.pair_loads: dict = {}          # (tensor, full offset, full mask) -> its two halves
         self.views: dict = {}               # (id(input), first merged dim) -> its merged view
         self.int32_offsets: dict = {}       # id(input) -> whether its offsets fit int32
         self.loaded: dict = {}              # (pointer, offset, mask, shape) -> the loaded value
+        self.nested_atoms: set = set()      # `o_d < size` of an output smaller than the domain
+                                            # (`stores`): a broadcast along d drops them
 
     # ---- names -------------------------------------------------------------------------
     def let(self, prefix: str, expr: str, comment: str = "") -> str:
@@ -190,6 +198,18 @@ class KernelWriter:
             self.pointers[key] = self.names.take(f"out{k}_ptr")
             self.params.append(Param(self.pointers[key], "pointer", output=k))
         return self.pointers[key]
+
+    def caches(self) -> tuple:
+        """What the writer reuses by name (values, loads, bound index expressions and masks, zero
+        tiles), to be `restore`d after a block whose names are not seen outside it."""
+        return (dict(self.memo), dict(self.loaded), dict(self.pair_loads),
+                dict(self.narrow_tiles), dict(self.zeros), dict(self.render.names),
+                len(self.render.masks))
+
+    def restore(self, kept: tuple) -> None:
+        (self.memo, self.loaded, self.pair_loads, self.narrow_tiles, self.zeros,
+         self.render.names, masks) = kept
+        del self.render.masks[masks:]
 
     def zero_tile(self, full: bool = False) -> index.Leaf:
         """The int32 zero tile of the tile's shape (`full`: pair tiling's [ROWS, 2 * COLS])."""

@@ -1,0 +1,96 @@
+"""Access widths on the shapes of real vision models, proven in sm_90 PTX (offline, as a launch
+specializes): NHWC <-> NCHW permutes with elementwise work (ConvNeXt's block tail and its
+`permute(0, 2, 3, 1)` before the norm, ViT's patch flatten/transpose) load and store 16 bytes
+on both sides (a 2-D tile: loads wide along the rows, stores along the columns); TF 'same' and
+symmetric pads load the input's aligned rows 16 bytes (stores as wide as the odd rows allow);
+Swin's window partition and reverse with and without padding, UNet's skip cats and ViT's token
+cat + position embedding stay 16 bytes. Values are eager's bit for bit, gradients equal eager's
+(a broadcast operand's, a sum, within the dtype's tolerance), and the
+record states each access's compiled width (`record.vector_width == record.analysis_width`)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ir
+import triton_exec
+from semantics import assert_bits_equal
+from test_copy_kernels import partition, reverse
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def convnext_tail(shortcut, y, gamma):
+    return shortcut + (y * gamma).permute(0, 3, 1, 2)
+
+
+def swin_partition_padded(x, w: int = 4):
+    """timm's Swin: pad H and W up to multiples of the window, then partition."""
+    H, W = x.shape[1:3]
+    x = F.pad(x, (0, 0, 0, (w - W % w) % w, 0, (w - H % w) % w))
+    return partition(x, w)
+
+
+def swin_reverse_cropped(windows, w: int = 4, H: int = 6, W: int = 6):
+    """timm's Swin: window reverse to the padded size, then crop to H x W."""
+    Hp, Wp = -(-H // w) * w, -(-W // w) * w
+    return reverse(windows * 0.5, w, Hp, Wp)[:, :H, :W, :].contiguous()
+
+
+def vit_tokens(x, cls, pos):
+    """ViT: the class token before the patch tokens, plus the position embedding."""
+    return torch.cat((cls.expand(x.shape[0], -1, -1), x), dim=1) + pos
+
+
+# name -> (function, input shapes, load widths in bytes, store widths in bytes by dtype: None
+# for 16 bytes, else {dtype: widths})
+CASES = {
+    "NHWC -> NCHW, ConvNeXt's tail": (convnext_tail, [(2, 32, 8, 8), (2, 8, 8, 32), (32,)],
+                                      None, None),
+    "NHWC -> NCHW contiguous": (lambda x: (x * 2 + 1).permute(0, 3, 1, 2).contiguous(),
+                                [(2, 8, 8, 32)], None, None),
+    "NCHW -> NHWC, scaled": (lambda x, w: x.permute(0, 2, 3, 1) * w + 1,
+                             [(2, 32, 8, 8), (32,)], None, None),
+    "ViT patch flatten/transpose": (lambda x, pos: x.flatten(2).transpose(1, 2) + pos,
+                                    [(2, 32, 4, 4), (16, 32)], None, None),
+    "TF 'same' pad": (lambda x: F.pad(x, (0, 1, 0, 1)), [(2, 3, 16, 16)], None, "item"),
+    "TF 'same' pad of a scaled input": (lambda x: F.pad(x * 2, (0, 1, 0, 1)) + 1,
+                                        [(2, 3, 16, 16)], None, "item"),
+    "symmetric pad (1, 1, 1, 1)": (lambda x: F.pad(x, (1, 1, 1, 1)), [(2, 3, 16, 16)], None,
+                                   "item"),
+    "symmetric pad of a scaled input": (lambda x: F.pad(x * 2, (1, 1, 1, 1)) - 1,
+                                        [(2, 3, 16, 16)], None, "item"),
+    "symmetric pad (2, 2, 2, 2)": (lambda x: F.pad(x, (2, 2, 2, 2)), [(2, 3, 16, 16)], None,
+                                   "2 items"),
+    "Swin partition, padded": (swin_partition_padded, [(2, 6, 6, 32)], None, None),
+    "Swin reverse, cropped": (swin_reverse_cropped, [(8, 4, 4, 32)], None, None),
+    "Swin partition": (lambda x: partition(x, 4) * 0.5, [(2, 8, 8, 32)], None, None),
+    "UNet skip cat": (lambda up, skip: F.relu(torch.cat((up * 2, skip), dim=1)),
+                      [(2, 16, 8, 8), (2, 8, 8, 8)], None, None),
+    "ViT token cat + position embedding": (vit_tokens, [(2, 16, 32), (1, 1, 32), (1, 17, 32)],
+                                           None, None),
+}
+
+
+def _bytes(spec, dtype) -> set:
+    return {{None: 16, "item": dtype.itemsize, "2 items": 2 * dtype.itemsize}[spec]}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_vision_shapes_are_16_bytes_where_the_addresses_allow(name, dtype):
+    fn, shapes, loads, stores = CASES[name]
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(s, generator=g).to(dtype).requires_grad_() for s in shapes]
+    jfn = ir.jit(fn, executors=["triton"])
+    expected, result = fn(*args), jfn(*args)
+    assert_bits_equal(result, expected)
+    dy = torch.randn(expected.shape, generator=g).to(dtype)
+    for want, got in zip(torch.autograd.grad(expected, args, dy),
+                         torch.autograd.grad(result, args, dy)):
+        # a broadcast operand's gradient is a sum, in another order than eager's
+        torch.testing.assert_close(got, want)
+    (record,) = [r for r in triton_exec.last_kernels(jfn) if r.direction == "forward"]
+    widths = record.access_widths(arch=90)
+    assert set(widths["ld"]) == _bytes(loads, dtype), (widths, record.source)
+    assert set(widths["st"]) == _bytes(stores, dtype), (widths, record.source)
+    assert record.vector_width == record.analysis_width, record.source

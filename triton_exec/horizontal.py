@@ -1,0 +1,122 @@
+"""Horizontal fusion: independent fusion groups launched as one kernel with several outputs.
+
+Two groups merge when neither depends on the other and their outputs nest: the same rank and
+innermost extent, and along each outer dim one size at most the other. The kernel tiles the
+largest output's shape; a smaller output is computed and stored where the outer index is inside
+its own shape (`triton_exec.codegen.stores`). So the RoPE of q
+[B, H, T, D] and of k [B, Hkv, T, D] (GQA: Hkv < H) sharing cos and sin is one launch, each
+program reading its rows of cos and sin once for both, as Liger-Kernel's hand-written kernel.
+
+The merged launch happens at the later group's place; equations that read the earlier group's
+outputs before that place move after it (`schedule`), which is allowed when each computes the
+same value wherever it runs (`ir.passes.repeatable`): never random ops, copies or calls with
+effects, whose order against the rest must stay as written.
+"""
+from __future__ import annotations
+
+from ir.passes import repeatable
+from ir.proxies import IntProxy, TensorProxy, hint, same_size
+from triton_exec import row_groups
+
+
+def nested(a, b) -> bool:
+    """Whether shapes `a` and `b` nest (see the module's docstring): one contains the other. A
+    runtime size is compared by its value in this call; the kernel guards the relation
+    (`triton_exec.codegen.stores`: `<=` along outer dims, `==` along the innermost), see
+    `_related`."""
+    if len(a) != len(b) or not a or hint(a[-1]) != hint(b[-1]):
+        return False
+    smaller = larger = False
+    for x, y in zip(a[:-1], b[:-1]):
+        if not same_size(x, y):
+            smaller, larger = smaller or hint(x) < hint(y), larger or hint(x) > hint(y)
+    return not (smaller and larger)
+
+
+def _related(a, b) -> bool:
+    """Whether the sizes of nesting shapes need no guard: each pair one size or two constants."""
+    return all(same_size(x, y) or not (isinstance(x, IntProxy) or isinstance(y, IntProxy))
+               for x, y in zip(a, b))
+
+
+def _reads_shared(trace, members, g) -> bool:
+    """Whether two groups read a tensor in common (q's and k's RoPE: cos and sin). Only such
+    groups merge where runtime sizes must be guarded against each other: a guard relating the
+    sizes of unrelated inputs would narrow the cache entry for one launch less."""
+    def reads(group):
+        return {id(v) for j in group for v in trace.eqns[j].input_vars()
+                if isinstance(v, TensorProxy)}
+    return bool(reads(members) & reads(g))
+
+
+def ancestors(trace) -> list[set]:
+    """For each equation, the indices of the equations it transitively depends on."""
+    producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
+    result: list[set] = []
+    for e in trace.eqns:
+        deps = set()
+        for v in e.input_vars():
+            p = producer.get(id(v))
+            if p is not None:
+                deps.add(p)
+                deps |= result[p]
+        result.append(deps)
+    return result
+
+
+def merge_siblings(trace, groups) -> list[list[int]]:
+    """Merges independent groups whose outputs nest into one kernel with several outputs.
+    Group A joins a later group B when nothing in either depends on the other's outputs, their
+    roots' shapes nest with every root already merged, and what reads A's outputs before B's
+    root may move after it (see the module's docstring)."""
+    before = ancestors(trace)
+    merged: list[tuple[set, list[int]]] = []      # (roots, members)
+    for g in groups:
+        for roots, members in merged:
+            if _joins(trace, before, roots, members, g):
+                roots.add(g[-1])
+                members[:] = sorted(set(members) | set(g))
+                break
+        else:
+            merged.append(({g[-1]}, list(g)))
+    return [members for _, members in merged]
+
+
+def _joins(trace, before, roots, members, g) -> bool:
+    if not (row_groups.mergeable(trace, g) and row_groups.mergeable(trace, members)):
+        return False
+    b_root = g[-1]
+    shapes = [trace.eqns[r].out.shape for r in roots]
+    b_shape = trace.eqns[b_root].out.shape
+    if not all(nested(a, b_shape) for a in shapes):
+        return False
+    if not all(_related(a, b_shape) for a in shapes) and not _reads_shared(trace, members, g):
+        return False
+    # outputs leave a group from its roots only (a shared view is recomputed in each group)
+    if any(r in before[j] for r in roots for j in g) or any(b_root in before[j] for j in members):
+        return False
+    # what reads the merged outputs before B's root moves after it
+    moved = [j for j in range(min(roots), b_root)
+             if j not in g and j not in members and any(r in before[j] for r in roots)]
+    return all(repeatable(trace.eqns[j]) for j in moved)
+
+
+def schedule(eqns) -> list:
+    """`eqns` in their order, except that an equation reading a value not defined yet waits
+    until it is (a merged launch defines its earlier group's outputs at the later group's
+    place)."""
+    defined = {id(v) for e in eqns for v in e.outs if v is not None}
+    ready: set[int] = set()
+    waiting, order = [], []
+
+    def runnable(e):
+        return all(id(v) in ready or id(v) not in defined for v in e.input_vars())
+
+    for e in eqns:
+        waiting.append(e)
+        while waiting and any(runnable(w) for w in waiting):
+            w = next(w for w in waiting if runnable(w))
+            waiting.remove(w)
+            order.append(w)
+            ready.update(id(v) for v in w.outs if v is not None)
+    return order + waiting
