@@ -22,6 +22,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ir import prims
+from ir.prologue import render_guard
 from ir.proxies import IntProxy, TensorProxy
 
 _RELATIONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
@@ -120,4 +121,4 @@ def thin_guards(entry, graph) -> list:
     cheapest form."""
     sizes = dynamo_sizes(entry, graph.example_values)
     kept = [_span_as_numel(g, graph) for g in entry.guards if not dynamo_checks(g, graph, sizes)]
-    return list(dict.fromkeys(kept))
+    return list({render_guard(g): g for g in kept}.values())    # each check once
