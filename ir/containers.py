@@ -116,7 +116,9 @@ def output_structure(outputs):
                 f"ir.jit: the output out{pytree.keystr(path)} is a {type(leaf).__name__}, which "
                 "is neither a tensor nor a number; return tensors and numbers in containers that "
                 "torch.utils._pytree knows (tuples, lists, dicts, namedtuples, registered "
-                "dataclasses and classes)")
+                "dataclasses and classes), or, for a model that returns such objects (a "
+                "transformers KV cache), use torch.compile(model, backend=\"triton_exec\"), "
+                "whose graphs run on our kernels while Python handles the objects")
     if _is_plain(outputs):
         return outputs, None
     return tuple(leaf for _, leaf in leaves), pytree.tree_structure(outputs)

@@ -11,14 +11,17 @@ fused backward (`ir.autodiff`), exactly as `ir.jit(fn)` would run them. A static
 in "constant values" mode, a graph with symbolic sizes (`dynamic=True`, `mark_dynamic`, or
 Dynamo's automatic dynamic shapes after a size changed) in "symbolic values" mode.
 
-Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, and a
-static graph's sizes and strides, and the grad mode. A call of a compiled graph checks only what
-Dynamo does not (`thin_guards`): pointer alignment, the negative bit, and for a symbolic input
-the facts our kernels rest on (size relations, divisibility, strides, spans). Where they fail,
-the full `ir.jit` lookup runs (it may compile another entry).
+Guards once: Dynamo already checks each input's type, dtype, device, rank, requires_grad, the
+grad mode, static sizes and strides, and the facts its shape environment holds on symbolic
+ones. A call of a compiled graph checks only what Dynamo's guards do not imply
+(`ir.dynamo_guards`): pointer alignment, the negative bit, divisibility and spans. Where they
+fail, the full `ir.jit` lookup runs (it may compile another entry).
 
-A graph our tracer refuses (an in-place op, say) runs as Dynamo captured it, on PyTorch; a
-warning names the graph and the reason.
+Autocast and grad-mode blocks in a graph are traced with it. Where the tracer refuses an op (an
+in-place op changing a tensor's shape, `.item()`, a complex argument, ...), the graph is split
+around it (`ir.dynamo_split`): the refused ops run on PyTorch, the rest is jitted, and
+`ir.explain(compiled)` shows each piece. Only where no op is to blame does the whole graph run
+as Dynamo captured it, on PyTorch, with a warning naming the graph and the reason.
 """
 from __future__ import annotations
 
@@ -34,17 +37,15 @@ from importlib import metadata
 import torch
 import torch.nn.functional as F
 
-from ir import diagnostics, prims
+from ir import diagnostics, dynamo_split
+from ir.dynamo_guards import thin_guards
+from ir.dynamo_split import NodeTracker
 from ir.executors import ENTRY_POINT_GROUP, Executor, _REGISTRY
-from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction
+from ir.jit import CACHE_MODES, DEFAULT_CACHE_LIMIT, JitFunction, explain as jit_explain
 from ir.prologue import build_guard_check
-from ir.proxies import IntProxy, TensorProxy
 
 log = logging.getLogger("ir.dynamo")
-# guards that read only a tensor's sizes and strides: Dynamo checks those of a static input
-_LAYOUT_GUARDS = ("stride_eq", "stride_divisible", "stride_ne", "stride_indivisible",
-                  "strides_compose", "stride_span_lt", "contiguous")
-
+fallback_log = diagnostics.log      # ir.fallbacks
 
 def _example_values(gm) -> dict:
     """Placeholder name -> Dynamo's example value (a FakeTensor, SymInt or int)."""
@@ -67,10 +68,12 @@ def _static_inputs(values: dict) -> set[str]:
 
 
 def is_dynamic(gm) -> bool:
-    """Whether the graph has symbolic sizes (a SymInt input or a tensor of symbolic shape)."""
+    """Whether the graph has symbolic inputs: a SymInt (or, in a piece of a split graph, the
+    SymFloat of an `.item()`), or a tensor of symbolic shape."""
     values = _example_values(gm)
     static = _static_inputs(values)
-    return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and name not in static)
+    return any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+               or (isinstance(v, torch.Tensor) and name not in static)
                for name, v in values.items())
 
 
@@ -86,131 +89,66 @@ GRAPH_FUNCTIONS = {torch.sym_sum: _sum, torch.sym_max: max, torch.sym_min: min,
                    torch._C._nn.pad: F.pad}
 
 
-_AUTOCAST = (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast)
-
-
-def _is_tensor(node) -> bool:
-    return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("example_value"),
-                                                          torch.Tensor)
-
-
-def _detach_no_grad_regions(graph: torch.fx.Graph) -> None:
-    """Dynamo writes a `with torch.no_grad():` block as `torch._C._set_grad_enabled(False)` ...
-    `(True)` calls; our tracer would run them at tracing, and the computation would record
-    gradients through the block. For functional ops no_grad means: what the block computes
-    needs no grad. So each tensor the block reads from outside is read detached, and the
-    calls are dropped. An enable_grad block is refused (NotImplementedError)."""
-    enabled, detached, inside = True, {}, set()
-
-    def detach_outside(node, arg):
-        if not _is_tensor(arg) or arg in inside:
-            return arg
-        if arg not in detached:
-            with graph.inserting_before(node):
-                detached[arg] = graph.call_method("detach", (arg,))
-        return detached[arg]
-
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
-            if node.args[0] and enabled:
-                raise NotImplementedError("a grad-enabling block (torch.enable_grad) inside "
-                                          "the graph is not traced")
-            enabled, detached = bool(node.args[0]), {}
-            graph.erase_node(node)
-        elif node.op == "call_function" and node.target in _AUTOCAST:
-            raise NotImplementedError("torch.autocast blocks inside the graph are not traced yet")
-        elif not enabled and node.op in ("call_function", "call_method"):
-            node.args = torch.fx.node.map_arg(node.args, lambda a: detach_outside(node, a))
-            node.kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: detach_outside(node, a))
-            inside.add(node)
-
-
 def traceable_copy(gm) -> torch.fx.GraphModule:
-    """A copy of the graph our tracer runs: calls rewritten by `GRAPH_FUNCTIONS`, no-grad
-    blocks detached (`_detach_no_grad_regions`). The original stays as Dynamo captured it,
-    for a graph that runs on PyTorch."""
+    """A copy of the graph our tracer runs: calls rewritten by `GRAPH_FUNCTIONS`. Autocast
+    and grad-mode blocks stay: the tracer honours the state their calls set while tracing."""
     graph = copy.deepcopy(gm.graph)
     for node in graph.nodes:
         if node.op == "call_function" and node.target in GRAPH_FUNCTIONS:
             node.target = GRAPH_FUNCTIONS[node.target]
-    _detach_no_grad_regions(graph)
     return torch.fx.GraphModule(gm, graph)
 
 
-def graph_function(gm, name: str):
-    """A plain function named `name` taking the graph's placeholders and running its forward,
-    so that the jit names kernels after it and sees no module (a graph has no hooks or tree)."""
-    params = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
-    ns = {"forward": gm.forward}
-    exec(f"def {name}({', '.join(params)}):\n    return forward({', '.join(params)})\n", ns)
+def graph_function(tracker: NodeTracker, name: str):
+    """A plain function named `name` taking the graph's placeholders and running the graph
+    node by node (`tracker`), so that the jit names kernels after it and sees no module (a
+    graph has no hooks or tree), and a refused op is known by its node."""
+    params = [node.name for node in tracker.graph.nodes if node.op == "placeholder"]
+    ns = {"run": tracker.run}
+    exec(f"def {name}({', '.join(params)}):\n    return run({', '.join(params)})\n", ns)
     return ns[name]
 
 
-def dynamo_sizes(entry, values: dict) -> dict[int, object]:
-    """id of each size proxy of the entry that stands for an input's size or an int input ->
-    what it is in Dynamo's graph: an int (a static size) or a SymInt."""
-    found = {}
-    for name, value in entry.traces[0].inputs:
-        if isinstance(value, IntProxy) and isinstance(values.get(name), (int, torch.SymInt)):
-            found[id(value)] = values[name]
-    for eqn in entry.host:
-        fake = values.get(eqn.args[0].name) if eqn.prim is prims.shape else None
-        if isinstance(fake, torch.Tensor):
-            found.update((id(size), s) for size, s in zip(eqn.outs, fake.shape))
-    return found
-
-
-def _symbol(x):
-    return x.node.expr if isinstance(x, torch.SymInt) else None
-
-
-def dynamo_checks(guard, static: set[str], sizes: dict) -> bool:
-    """Whether Dynamo's own guards imply this guard of an entry: a layout guard on a tensor
-    whose sizes and strides the graph holds constant; a size pinned to its value where the
-    graph holds it static; two sizes equal where Dynamo gave them one symbol; a symbolic size
-    at least 2 (Dynamo specializes 0 and 1 and guards its size symbols >= 2)."""
-    op, a, b = guard
-    if op in _LAYOUT_GUARDS:
-        return isinstance(a, TensorProxy) and a.name in static
-    if id(a) not in sizes:
-        return False
-    if op == "eq" and type(b) is int:
-        return type(sizes[id(a)]) is int
-    if op == "eq" and id(b) in sizes:
-        return _symbol(sizes[id(a)]) is not None and _symbol(sizes[id(a)]) == _symbol(sizes[id(b)])
-    symbol = _symbol(sizes[id(a)])
-    return op == "ge" and type(b) is int and b == 2 and symbol is not None and symbol.is_Symbol
-
-
-def thin_guards(entry, graph) -> list:
-    """The guards of an entry of a compiled graph that Dynamo does not check."""
-    sizes = dynamo_sizes(entry, graph.example_values)
-    return [g for g in entry.guards if not dynamo_checks(g, graph.static, sizes)]
-
-
 class CompiledGraph:
-    """What Dynamo calls in place of one captured graph: the jitted graph, behind thin guards."""
+    """What Dynamo calls in place of one captured graph (or one piece of a split graph): the
+    jitted graph, behind thin guards; where the tracer refuses an op, the graph split around
+    it (`ir.dynamo_split`). `graph_inputs`: the names of Dynamo's graph inputs, whose sizes
+    and strides Dynamo guards (a piece's other inputs are computed by other pieces)."""
 
-    def __init__(self, gm, name: str, jitted: JitFunction, explain: bool):
+    def __init__(self, gm, name: str, backend: Backend, graph_inputs: set[str]):
         self.name = name
-        self.graph_module = gm
-        self.jitted = jitted
+        self.graph_module = gm      # as Dynamo captured it (a piece: as split)
+        self.backend, self.graph_inputs = backend, graph_inputs
+        self.traced = traceable_copy(gm)
+        self.tracker = NodeTracker(self.traced)
+        cache = backend.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
+        self.jitted = JitFunction(graph_function(self.tracker, name), backend.executors, cache,
+                                  backend.cache_limit)
         self.example_values = _example_values(gm)    # FakeTensors: no real memory held
-        self.static = _static_inputs(self.example_values)
-        jitted.static_dims = _static_dims(self.example_values)
-        self.explain_each = explain
+        self.jitted.static_dims = _static_dims(self.example_values)
         self.fast: list[tuple] = []     # (thin check, entry) per entry served, oldest first
-        self.refused: str | None = None     # why the tracer refused the graph (then run eagerly)
+        self.split: torch.fx.GraphModule | None = None     # the graph of pieces, once split
+        self.pieces: list = []      # CompiledGraph and TorchPiece, in the order they run
+        self.refused: str | None = None     # why the whole graph runs on PyTorch
 
     @property
     def last_entry(self):
         return self.jitted.last_entry
+
+    def last_entries(self) -> list:
+        """The entry the last call used, or each jitted piece's where the graph is split."""
+        if self.split is not None:
+            return [e for p in self.pieces if isinstance(p, CompiledGraph)
+                    for e in p.last_entries()]
+        return [self.last_entry] if self.last_entry is not None else []
 
     def __call__(self, *args):
         for check, entry in self.fast:
             if check(*args):
                 self.jitted.last_entry = entry
                 return entry.computation(*args)
+        if self.split is not None:
+            return self.split(*args)
         if self.refused is not None:
             return self.graph_module.forward(*args)
         entry = self.lookup(args)
@@ -218,27 +156,50 @@ class CompiledGraph:
 
     def lookup(self, args):
         """The full `ir.jit` lookup (compiling on a miss); an entry it returns joins the fast
-        path. A graph the tracer refuses runs on PyTorch from then on (entries built before
-        keep serving the calls whose thin checks they pass)."""
+        path. Where the tracer refuses an op, the graph is split around it from then on
+        (entries built before keep serving the calls whose thin checks they pass)."""
         jitted, known = self.jitted, self.jitted.stats.misses
         try:
             entry = jitted.lookup(jitted.bind(args, {}))
         except (NotImplementedError, TypeError) as error:     # what the tracer refuses
-            self.refuse(error)
-            return _EagerEntry(self.graph_module.forward)
+            self.split_around(error)
+            return _EagerEntry(self.graph_module.forward if self.split is None else self.split)
         if entry.prologue is not None and not any(e is entry for _, e in self.fast):
             check = self.thin_check(entry)
             if check is not None:
                 self.fast.append((check, entry))
-        if self.explain_each and jitted.stats.misses > known and entry.prologue is not None:
+        if (self.backend.explain_each and jitted.stats.misses > known
+                and entry.prologue is not None):
             log.warning("%s", self.explanation(entry))
         return entry
+
+    def split_around(self, error: Exception) -> None:
+        """Splits the graph into pieces around the ops the tracer refused (each logged on the
+        `ir.fallbacks` logger); where no op is to blame, the whole graph runs on PyTorch."""
+        refused = {node.name: why for node, why in
+                   dynamo_split.refused_nodes(self.traced, self.tracker, error).items()}
+        if not refused:
+            return self.refuse(error)
+        self.split = dynamo_split.split(self.traced, refused)
+        for attr, gm in dynamo_split.pieces(self.split):
+            name = f"{self.name}_{attr.removeprefix('submod_')}"
+            reasons = {n.name: (dynamo_split.python_line(n), refused[n.name])
+                       for n in gm.graph.nodes if n.name in refused and n.op != "placeholder"}
+            if reasons:
+                self.pieces.append(TorchPiece(name, reasons))
+                for op, why in reasons.values():
+                    fallback_log.info("%s: %s runs on PyTorch: %s", self.name, op, why)
+            else:
+                piece = type(self)(gm, name, self.backend, self.graph_inputs)
+                self.pieces.append(piece)
+                delattr(self.split, attr)       # the split graph calls the piece ...
+                setattr(self.split, attr, piece)    # ... as a plain attribute, not a module
 
     def refuse(self, error: Exception) -> None:
         """From now on the graph runs as Dynamo captured it, on PyTorch; warns why."""
         self.refused = f"{type(error).__name__}: {error}"
         warnings.warn(f"ir.dynamo: graph {self.name} runs on PyTorch: {self.refused}",
-                      stacklevel=4)
+                      stacklevel=5)
 
     def thin_check(self, entry):
         """The entry's guards less those Dynamo checks, as one function of the graph's inputs;
@@ -249,7 +210,13 @@ class CompiledGraph:
                                  entry.host)
 
     def explanation(self, entry=None) -> str:
+        if self.split is not None:
+            return "\n\n".join([f"graph {self.name}: split into {len(self.pieces)} pieces "
+                                 "around the ops ir.jit refuses, run in this order:"]
+                                + [p.explanation() for p in self.pieces])
         entry = entry or self.last_entry
+        if self.refused is not None:
+            return f"graph {self.name}: runs whole on PyTorch: {self.refused}"
         if entry is None:
             return f"graph {self.name}: not run yet"
         if entry.prologue is None:
@@ -259,6 +226,18 @@ class CompiledGraph:
         return (f"graph {self.name} (from torch.compile: Dynamo checks each input's dtype, "
                 f"device, rank, requires_grad, static sizes and strides, and the grad mode; "
                 f"the backend checks {len(thin)} guards per call)\n{text}")
+
+
+class TorchPiece:
+    """A piece of a split graph made of ops the tracer refuses: the split graph runs it as
+    Dynamo captured it, on PyTorch. `reasons`: node name -> (the node, why it was refused)."""
+
+    def __init__(self, name: str, reasons: dict):
+        self.name, self.reasons = name, reasons
+
+    def explanation(self) -> str:
+        return "\n".join([f"graph {self.name}: runs on PyTorch (ops ir.jit refuses):"]
+                         + [f"  {op}\n    {why}" for op, why in self.reasons.values()])
 
 
 class CheckedCompiledGraph(CompiledGraph):
@@ -304,19 +283,10 @@ class Backend:
         self._graphs: list[weakref.ref] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs) -> CompiledGraph:
-        name = _graph_name()
-        try:
-            traced, refused = traceable_copy(gm), None
-        except NotImplementedError as error:
-            traced, refused = gm, error
-        cache = self.cache or ("symbolic values" if is_dynamic(gm) else "constant values")
-        jitted = JitFunction(graph_function(traced, name), self.executors, cache,
-                             self.cache_limit)
         checked = os.environ.get("IR_CHECK_GUARDS") == "1"
-        graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, name, jitted,
-                                                                      self.explain_each)
-        if refused is not None:
-            graph.refuse(refused)
+        inputs = {node.name for node in gm.graph.nodes if node.op == "placeholder"}
+        graph = (CheckedCompiledGraph if checked else CompiledGraph)(gm, _graph_name(), self,
+                                                                      inputs)
         self._graphs.append(weakref.ref(graph))
         return graph
 
@@ -335,6 +305,31 @@ class Backend:
     def __repr__(self):
         return (f"ir.dynamo.Backend(executors={self.executors!r}, cache={self.cache!r}, "
                 f"cache_limit={self.cache_limit!r})")
+
+
+def backend_of(compiled) -> Backend | None:
+    """The `Backend` that a function or module returned by `torch.compile` runs its graphs on
+    (a `Backend` itself), or None."""
+    if isinstance(compiled, Backend):
+        return compiled
+    context = getattr(compiled, "dynamo_ctx", None)    # a compiled module
+    for cell in getattr(compiled, "__closure__", None) or ():   # a compiled function
+        if isinstance(cell.cell_contents, torch._dynamo.eval_frame._TorchDynamoContext):
+            context = cell.cell_contents
+    if context is None:
+        return None
+    backend = torch._dynamo.eval_frame.innermost_backend(context.callback)
+    backend = getattr(backend, "compiler_fn", backend)     # torch.compile's wrapper
+    return backend if isinstance(backend, Backend) else None
+
+
+def explain(fn, *args, **kwargs):
+    """`ir.explain`: for a function or module compiled by `torch.compile(...,
+    backend="triton_exec")` (or an `ir.dynamo.Backend`), no arguments, the text of
+    `Backend.explain` (per graph of that backend); for a function of `ir.jit`, its
+    `ir.jit.explain(fn, *args, **kwargs)`."""
+    backend = backend_of(fn)
+    return backend.explain() if backend is not None else jit_explain(fn, *args, **kwargs)
 
 
 def _check_executor(ex) -> None:
@@ -357,5 +352,6 @@ backend = Backend()     # the `triton_exec` entry point of the torch_dynamo_back
 
 
 def last_entries(compiled) -> list:
-    """The entry the last call of each graph used (graphs not run yet are left out)."""
-    return [g.last_entry for g in compiled.graphs if g.last_entry is not None]
+    """The entry the last call of each graph (each jitted piece of a split graph) used; graphs
+    not run yet are left out."""
+    return [entry for g in compiled.graphs for entry in g.last_entries()]

@@ -94,20 +94,41 @@ def torch_compile_rows(args) -> list[tuple[str, object, bool]]:
     with noop_launches() if not CUDA else contextlib.nullcontext():   # compile them now
         for compiled in ours_rows:
             compiled(*args)
-    # the static graph Dynamo captured (its inputs x, cos, sin; n is a constant of it), called
-    # as Dynamo calls it (thin check) and through ir.jit's whole lookup (key and prologue)
-    (graph,) = backends[0].graphs
+    # the graphs Dynamo captured, called as Dynamo calls them (thin check), and the static one
+    # through ir.jit's whole lookup (key and prologue). The static graph's inputs are x, cos,
+    # sin (n is a constant of it); the dynamic one's also n and the size symbols
+    (graph,), (dynamic_graph,) = backends[0].graphs, backends[1].graphs
+    dynamic_inputs = dynamic_graph_inputs(dynamic_graph)
     return [
         (f"triton_exec graph as Dynamo calls it, thin check{launches}",
          lambda x, cos, sin, n: graph(x, cos, sin), CUDA),
         (f"the same graph through ir.jit's lookup{launches}",
          lambda x, cos, sin, n: graph.jitted(x, cos, sin), CUDA),
+        (f"triton_exec dynamic graph as Dynamo calls it, thin check{launches}",
+         lambda x, cos, sin, n: dynamic_graph(*dynamic_inputs(x, cos, sin, n)), CUDA),
         ("torch.compile eager backend (Dynamo only)",
          torch.compile(own_code(rope), backend="eager"), True),
+        ("torch.compile eager backend (Dynamo only), dynamic=True",
+         torch.compile(own_code(rope), backend="eager", dynamic=True), True),
         ("torch.compile inductor", torch.compile(own_code(rope), backend="inductor"), True),
+        ("torch.compile inductor, dynamic=True",
+         torch.compile(own_code(rope), backend="inductor", dynamic=True), True),
         (f"torch.compile triton_exec{launches}", ours_rows[0], CUDA),
         (f"torch.compile triton_exec, dynamic=True{launches}", ours_rows[1], CUDA),
     ]
+
+
+def dynamic_graph_inputs(graph):
+    """RoPE's arguments (x, cos, sin, n) -> the dynamic graph's inputs in its order: the tensors
+    and n by name, each size symbol read from a tensor size it stands for (as Dynamo does)."""
+    rope_args = ["l_x_", "l_cos_", "l_sin_", "l_n_"]
+    where = {}
+    for i, name in enumerate(rope_args[:3]):
+        for d, size in enumerate(graph.example_values[name].shape):
+            where.setdefault(str(size), (i, d))
+    picks = [(rope_args.index(name), None) if name in rope_args else where[name]
+             for name in graph.example_values]
+    return lambda *a: [a[i] if d is None else a[i].shape[d] for i, d in picks]
 
 
 def time_per_call_us(fn, args, calls: int) -> float:
