@@ -138,6 +138,21 @@ def _pair_values(proxy, value, values: dict) -> None:
         values[id(proxy)] = value
 
 
+def _wrapped(computation, plan, call: TracedCall):
+    """The compiled computation as a call runs it: as one autograd Function where the whole
+    trace has one backward (`ir.whole_backward`), with autocast off (its casts are in the
+    trace), then rebinding the module state and rebuilding the output containers it changed."""
+    if plan is not None:
+        plan.forward, computation = computation, plan
+    if autocast.enabled():
+        computation = autocast.disabled(computation)
+    if call.rebindings is not None:
+        computation = module_state.rebinding(computation, call.rebindings)
+    if call.structure is not None:
+        computation = containers.rebuilding(computation, call.structure)
+    return computation
+
+
 def _paired_values(inputs, args) -> dict:
     """id(Var) -> its runtime value, for the traces' inputs and arguments."""
     values = {}
@@ -444,15 +459,7 @@ class JitFunction:
                                   requires_grad=checks_requires_grad)
         prologue = write_back.guarded_apart(prologue, ctx.mutations.written_inputs,
                                             lambda args: _paired_values(inputs, args))
-        computation = compile_trace(traces[-1])
-        if plan is not None:    # the computation as one autograd Function (`ir.whole_backward`)
-            plan.forward, computation = computation, plan
-        if autocast.enabled():     # its casts are in the trace: none at run time
-            computation = autocast.disabled(computation)
-        if call.rebindings is not None:
-            computation = module_state.rebinding(computation, call.rebindings)
-        if call.structure is not None:
-            computation = containers.rebuilding(computation, call.structure)
+        computation = _wrapped(compile_trace(traces[-1]), plan, call)
         if arguments is not None:
             prologue, computation = _taking_arguments(prologue, computation, arguments)
         prologue = module_attributes.guarded(prologue, call.reads, self.module)

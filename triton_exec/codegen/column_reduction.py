@@ -22,7 +22,7 @@ from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
     ReductionLoop, columns_of, over_columns, split_columns)
-from triton_exec.codegen.lowered import Access, Lowered
+from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
 from triton_exec.rules import rule_of
@@ -75,7 +75,8 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     return Lowered(name, source, w.params, w.accesses, w.guards, outer_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, runtime_sizes(group, w),
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
-                   group.domain, column_rows=tile.rows_extent)
+                   group.domain, column_rows=tile.rows_extent,
+                   output_shapes=differing_shapes(group.output_shapes, group.allocated))
 
 
 def _outer(w, outer, narrow: bool):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import keyword
 
-from ir.proxies import hint
+from ir.proxies import hint, same_shape
 from triton_exec import index
 
 @dataclasses.dataclass
@@ -190,3 +190,9 @@ def product(terms) -> str:
     """Source of the product of size expressions, leaving out factors of 1."""
     return " * ".join(t for t in terms if t != "1") or "1"
 
+
+def differing_shapes(shapes: tuple, allocated: tuple) -> tuple:
+    """`Lowered.output_shapes`: the outputs' `shapes` where one differs from `allocated` (a
+    horizontal fusion's smaller output, a row plan's per-row value kept for the backward), else
+    ()."""
+    return shapes if any(not same_shape(s, allocated) for s in shapes) else ()

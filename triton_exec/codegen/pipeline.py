@@ -8,14 +8,13 @@ no file of the package but `__init__`.
 """
 from __future__ import annotations
 
-from ir.proxies import same_shape
 from triton_exec import vectorize
 from triton_exec.codegen.analysis import analyze
 from triton_exec.codegen.assembly import build, kernel_writer, runtime_sizes
 from triton_exec.codegen.column_plan import plan_columns
 from triton_exec.codegen.column_reduction import column_reductions, lower_columns
 from triton_exec.codegen.loop_plan import plan_loop
-from triton_exec.codegen.lowered import Lowered, LoopDim
+from triton_exec.codegen.lowered import Lowered, LoopDim, differing_shapes
 from triton_exec.codegen.pairs import pair_tiling
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.row_plan import lower_rows, reductions
@@ -50,9 +49,4 @@ def lower_group(name, eqns, outputs, inputs, values, vectorize_enabled: bool) ->
                        tile.loop.dim, vectorize.hint_of(group.domain[tile.loop.dim]),
                        tile.loop.extent),
                    row_axis=None if tile.row_axis is None else tile.row_axis.dim,
-                   output_shapes=_differing(group.output_shapes, group.allocated))
-
-
-def _differing(shapes: tuple, allocated: tuple) -> tuple:
-    """The outputs' shapes where one differs from the domain's (a horizontal fusion), else ()."""
-    return shapes if any(not same_shape(s, allocated) for s in shapes) else ()
+                   output_shapes=differing_shapes(group.output_shapes, group.allocated))

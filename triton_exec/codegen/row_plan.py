@@ -24,7 +24,7 @@ from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_w
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
     ROW_LIMIT, ReductionLoop, in_loop, row_of, split_columns)
-from triton_exec.codegen.lowered import Access, Lowered
+from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
 from triton_exec.rules import rule_of
@@ -64,7 +64,8 @@ def lower_rows(name, eqns, outputs, inputs, values, vectorize_enabled: bool) -> 
     return Lowered(name, source, w.params, w.accesses, w.guards, tile.rows_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, size_vars,
                    sorted(set(w.contiguous_inputs)), vectorize_enabled, group.allocated,
-                   group.domain, whole_rows=True, row_loop=looped)
+                   group.domain, whole_rows=True, row_loop=looped,
+                   output_shapes=differing_shapes(group.output_shapes, group.allocated))
 
 
 def _looped_body(w, group, tile, reduced, length) -> list:
