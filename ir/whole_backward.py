@@ -167,12 +167,14 @@ def differentiate(traced: Trace, fused: Trace, tctx: TraceContext, cctx, lower, 
     unit per fusion group (`ir.autodiff`). grad_modes: (the call's, the one fn leaves set)."""
     reason = refusal(traced, tctx, *grad_modes)
     if reason is None:
+        mark = _mark(cctx)
         try:
             forward, traces, host, plan = build(traced, fused, tctx, cctx, lower)
             cctx.extra["backward"] = f"one for the whole trace: {traces[-1].name}"
             cctx.extra["whole_backward"] = plan
             return forward, {traces[-1].name: traces}, host, plan
-        except Refused as why:
+        except Refused as why:    # what its lowerings added goes with it
+            _roll_back(cctx, mark)
             reason = str(why)
     cctx.extra["backward"] = f"per fusion group ({reason})"
     return (*autodiff.differentiate(fused, tctx, cctx, lower), None)
@@ -254,7 +256,10 @@ def _lowered(built: Trace, grad_of: dict, handle_ids: set, materialized: set, bc
     traces = lower(built, bctx)
     free = _free_vars(traces[-1])
     saved = [v for v in free if isinstance(v, TensorProxy) and id(v) not in grad_of]
-    assert all(id(v) in materialized for v in saved), f"{bctx.name} reads {saved}"
+    lost = [v.name for v in saved if id(v) not in materialized]
+    if lost:    # a pass of the backward's lowering reads a forward value no kernel writes
+        raise Refused(f"the lowered backward reads {', '.join(lost)}, which the forward does "
+                      "not keep")
     reads = (saved, [v for v in free if isinstance(v, ScalarProxy)],
              [v for v in free if id(v) in handle_ids], [v for v in free if id(v) in grad_of])
     inputs = tuple((v.name, v) for v in sum(reads, []))

@@ -301,3 +301,26 @@ def test_the_benchmark_counts_one_launch_per_rope_call_against_eager():
     row = module.measure(*module.FORMS[0], with_cost=False)
     assert row["ok"] and (row["forward"], row["backward"]) == (1, 1)
     assert row["launches"][0] < row["eager"][0] and row["launches"][1] < row["eager"][1]
+
+
+@pytest.mark.parametrize("whole", ["1", "0"])
+def test_a_recomputed_value_reads_what_another_group_stores(whole, monkeypatch):
+    """A cheap value recomputed in two groups (`t * 0.5`) reads a value one of them computes and
+    stores (`fusion._stored_by`): that group outputs it for the other. The backward of this
+    program has that shape (found by the Dynamo split property); before, the second group's
+    backward read a value no kernel wrote."""
+    monkeypatch.setenv("IR_WHOLE_BACKWARD", whole)
+
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = (x @ w) / 8 * 2 + 1
+        h = (h.mT + x) * 0.5
+        return torch.sin(h) * 0.5 + x
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(4, 4, generator=g, requires_grad=True) for _ in range(2))
+    jfn = ir.jit(fn, executors=["triton"])
+    got, want = jfn(x, w), fn(x, w)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn(4, 4, generator=g)
+    for a, b in zip(torch.autograd.grad(got, (x, w), grad), torch.autograd.grad(want, (x, w), grad)):
+        torch.testing.assert_close(a, b, rtol=1.6e-2, atol=1e-2)    # bf16 inside the block

@@ -175,18 +175,20 @@ def _stored_by(trace, eqn, users: set, groups_of: dict, groups: dict):
 
 
 def group_outputs(trace, group: list[int], groups: list[list[int]]) -> list:
-    """Values the group defines that are returned or read by an equation that does not compute
-    them itself (a view recomputed in several groups is no output), in trace order."""
+    """Values the group defines that are returned, or read by an equation outside every group,
+    or by one that a group without their producer also computes (a cheap value recomputed in
+    each of its readers' groups reads them there), in trace order."""
     inside = set(group)
     members = [set(g) for g in groups]
     producer = {id(o): i for i, e in enumerate(trace.eqns) for o in e.outs if o is not None}
     read_outside = {id(v) for v in iter_vars(trace.outputs)}
     for j, e in enumerate(trace.eqns):
-        if j in inside:
-            continue
+        # the groups that compute j (a cheap value is recomputed in each of its readers'
+        # groups), else j runs outside every group
+        holders = [m for m in members if j in m]
         for v in e.input_vars():
             p = producer.get(id(v))
-            if p in inside and not any(p in m and j in m for m in members):
+            if p in inside and (not holders or any(p not in m for m in holders)):
                 read_outside.add(id(v))
     return [o for i in group for o in trace.eqns[i].outs if id(o) in read_outside]
 
