@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import ir
 import triton_exec
@@ -50,6 +50,9 @@ def test_one_entry_serves_every_float_value_in_symbolic_mode():
 @given(s=st.floats(allow_nan=True, allow_infinity=True, width=32),
        shape=st.sampled_from([(3, 5), (2, 8), (16,)]))
 def test_symbolic_floats_match_eager_for_any_value(s, shape):
+    # eager refuses a finite clamp bound past fp32's range (`s * 2.0`): not checked at run time
+    # in symbolic mode (README, "Not supported yet")
+    assume(not math.isfinite(s * 2.0) or abs(s * 2.0) <= torch.finfo(torch.float32).max)
     jfn = ir.jit(program, executors=["triton"], cache=SYMBOLIC)
     x, y = torch.randn(shape), torch.randn(shape)
     check(jfn, program, x, s, y)
