@@ -57,6 +57,23 @@ class DifferentiableUnit:
         return _UnitFunction.apply(self, *args)
 
 
+def refuse_double_backward(what: str) -> None:
+    """Raises DoubleBackwardError when a fused backward runs with grad enabled (create_graph)."""
+    if torch.is_grad_enabled():
+        raise DoubleBackwardError(
+            f"ir.jit: double backward (create_graph=True) through {what} is not supported; "
+            "differentiate a function jitted with executors=['torch'] for higher-order "
+            "gradients")
+
+
+def grads_read(ctx, grads, present: set, positions) -> list:
+    """The output gradients a fused backward reads, at `positions`: zeros (of the output's shape,
+    dtype and device, recorded in `ctx.outputs`) where autograd computed none."""
+    return [grads[k] if k in present else torch.zeros(
+        ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
+        for k in positions]
+
+
 class _UnitFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, unit, *args):
@@ -77,18 +94,12 @@ class _UnitFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         unit = ctx.unit
-        if torch.is_grad_enabled():
-            raise DoubleBackwardError(
-                f"ir.jit: double backward (create_graph=True) through the fused group {unit.name} "
-                "is not supported; differentiate a function jitted with executors=['torch'] "
-                "for higher-order gradients")
+        refuse_double_backward(f"the fused group {unit.name}")
         present = {k for k, g in enumerate(grads) if g is not None}
         out = [None] * unit.n_args
         if not present:
             return (None, *out)
-        read = [grads[k] if k in present else torch.zeros(
-            ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
-            for k in unit.grads_read]
+        read = grads_read(ctx, grads, present, unit.grads_read)
         results = per_sample(unit.backward, *ctx.saved_tensors, *read, *ctx.sizes)
         for position, reaches, g in zip(unit.grad_inputs, unit.reaches, results):
             out[position] = g if present & reaches else None

@@ -31,7 +31,6 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ir import autocast, autodiff, prims
-from ir.autodiff import DoubleBackwardError
 from ir.executors import compile_trace
 from ir.ops.registry import GRAD_RULES
 from ir.ops.vjp import emit, needs_grad
@@ -114,18 +113,12 @@ class _WholeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         plan = ctx.plan
-        if torch.is_grad_enabled():
-            raise DoubleBackwardError(
-                f"ir.jit: double backward (create_graph=True) through {plan.name} is not "
-                "supported; differentiate a function jitted with executors=['torch'] for "
-                "higher-order gradients")
+        autodiff.refuse_double_backward(plan.name)
         present = {k for k, g in enumerate(grads) if g is not None}
         if not present:
             return (None, None, *[None] * len(plan.grad_inputs))
         saved = ctx.saved_tensors[:ctx.n_saved]    # eager's error after the graph was freed
-        read = [grads[k] if k in present else torch.zeros(
-            ctx.outputs[k][0], dtype=ctx.outputs[k][1], device=ctx.outputs[k][2])
-            for k in plan.grads_read]
+        read = autodiff.grads_read(ctx, grads, present, plan.grads_read)
         results = per_sample(plan.backward, *saved, *ctx.scalars, *ctx.handles, *read)
         if ctx.handles:
             torch.autograd.Variable._execution_engine.queue_callback(
