@@ -18,16 +18,11 @@ the loop's trip count (column "trips"), which overstates a loop kernel's prologu
 from __future__ import annotations
 
 import dataclasses
-import glob
-import importlib
 import json
 import math
 import os
 import sys
 import subprocess
-import tempfile
-import types
-import zipfile
 from pathlib import Path
 
 if "--liger" not in sys.argv:
@@ -42,7 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import ir  # noqa: E402
 import triton_exec  # noqa: E402
-from static_cost import _error, _widths  # noqa: E402
+from static_cost import _error, _widths, liger_ops  # noqa: E402
 from triton_exec import cost, offline  # noqa: E402
 from triton_exec.launch import noop_launches  # noqa: E402
 
@@ -127,29 +122,6 @@ def ours(fn, args, backward: bool) -> list[Row]:
 
 
 # ---- Liger-Kernel ------------------------------------------------------------------------
-
-def _liger():
-    """Liger's ops modules (rms_norm, fused_add_rms_norm, swiglu, cross_entropy), importable or
-    from its wheel unpacked into a temporary folder, without the packages' `__init__`."""
-    try:
-        return {m: importlib.import_module(f"liger_kernel.ops.{m}")
-                for m in ("rms_norm", "fused_add_rms_norm", "swiglu", "cross_entropy")}
-    except ImportError:
-        pass
-    wheels = sorted(glob.glob(str(ROOT.parent / "shared" / "wheels" / "liger_kernel-*.whl"))
-                    + glob.glob("/work/shared/wheels/liger_kernel-*.whl"))
-    if not wheels:
-        return None
-    folder = tempfile.mkdtemp(prefix="liger_")
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        wheel.extractall(folder)
-    for name in ("liger_kernel", "liger_kernel.ops"):
-        stub = types.ModuleType(name)
-        stub.__path__ = [os.path.join(folder, *name.split("."))]
-        sys.modules[name] = stub
-    return {m: importlib.import_module(f"liger_kernel.ops.{m}")
-            for m in ("rms_norm", "fused_add_rms_norm", "swiglu", "cross_entropy")}
-
 
 def _compile(kernel, params: dict, num_warps: int) -> dict:
     """The offline compile of a launch on `params`: tensors (by dtype) 16-byte aligned, ints of
@@ -304,7 +276,8 @@ def main(argv=None) -> dict:
     import triton
     argv = list(argv or ())
     if argv[:1] == ["--liger"]:     # the child of `liger_rows_apart`
-        rows = liger_rows(_liger(), argv[1])
+        rows = liger_rows(liger_ops("rms_norm", "fused_add_rms_norm", "swiglu", "cross_entropy"),
+                          argv[1])
         print(json.dumps([dict(dataclasses.asdict(r), cost=r.cost and r.cost.as_dict())
                           for r in rows]))
         return {}

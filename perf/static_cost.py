@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import importlib
 import math
 import os
 import sys
 import tempfile
+import types
 import zipfile
 from pathlib import Path
 
@@ -254,11 +256,12 @@ def _slice_hand(kernel):
 
 # ---- Liger-Kernel ------------------------------------------------------------------------
 
-def _liger_kernel():
-    """Liger's `_triton_rope`, importable or from its wheel unpacked into a temporary folder."""
+def liger_ops(*names: str) -> dict | None:
+    """Liger-Kernel's `liger_kernel.ops.<name>` modules, importable or from its wheel unpacked
+    into a temporary folder, without the packages' `__init__` (the ops import torch and triton
+    only); None without the wheel."""
     try:
-        from liger_kernel.ops.rope import _triton_rope
-        return _triton_rope
+        return {m: importlib.import_module(f"liger_kernel.ops.{m}") for m in names}
     except ImportError:
         pass
     wheels = sorted(glob.glob(str(ROOT.parent / "shared" / "wheels" / "liger_kernel-*.whl"))
@@ -268,19 +271,18 @@ def _liger_kernel():
     folder = tempfile.mkdtemp(prefix="liger_")
     with zipfile.ZipFile(wheels[-1]) as wheel:
         wheel.extractall(folder)
-    sys.path.insert(0, folder)
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "liger_rope_for_static_cost", os.path.join(folder, "liger_kernel", "ops", "rope.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)         # the rope module imports torch and triton only
-    return module._triton_rope
+    for name in ("liger_kernel", "liger_kernel.ops"):
+        stub = types.ModuleType(name)
+        stub.__path__ = [os.path.join(folder, *name.split("."))]
+        sys.modules[name] = stub
+    return {m: importlib.import_module(f"liger_kernel.ops.{m}") for m in names}
 
 
 def liger_rows(case: Case) -> list[Row]:
     """Liger's kernel with the launch its rope_forward/rope_backward makes at this size."""
     spec = case.liger
-    kernel = _liger_kernel()
+    ops = liger_ops("rope")
+    kernel = ops and ops["rope"]._triton_rope
     if kernel is None:
         return [Row("Liger-Kernel", "_triton_rope", "-", note="not available: no wheel")]
     nq, nk, hd, rd, bsz, sl = (spec[k] for k in ("n_qh", "n_kh", "hd", "rd", "bs", "sl"))
