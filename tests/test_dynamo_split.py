@@ -144,6 +144,36 @@ def test_autocast_and_grad_mode_blocks_are_jitted_with_the_graph(block):
     assert triton_exec.last_kernels(backend)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("input_dtype", ["float32", "low"])
+def test_a_compiled_call_under_an_ambient_autocast_is_eagers(dtype, input_dtype):
+    """Autocast entered around the compiled call (Dynamo leaves it out of the graph): the graph's
+    ops get eager's casts from the ambient state; a RoPE with a matmul, values bit-equal,
+    dtypes and gradients eager's."""
+    def fn(x, cos, sin, w):
+        x1, x2 = x[..., :8], x[..., 8:]
+        return (x * cos + torch.cat((-x2, x1), -1) * sin) @ w
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, generator=g) for s in ((2, 4, 16), (4, 16), (4, 16), (16, 16))]
+    if input_dtype == "low":
+        args = [a.to(dtype) for a in args]
+    got_args = [a.clone().requires_grad_() for a in args]
+    expected_args = [a.clone().requires_grad_() for a in args]
+    backend = Backend()
+    with torch.autocast("cpu", dtype=dtype):
+        got = torch.compile(fn, backend=backend)(*got_args)
+        expected = fn(*expected_args)
+    assert got.dtype == expected.dtype
+    assert torch.equal(got, expected)
+    got.float().sum().backward()
+    expected.float().sum().backward()
+    for a, b in zip(got_args, expected_args):
+        assert a.grad.dtype == b.grad.dtype
+        torch.testing.assert_close(a.grad, b.grad)
+    assert triton_exec.last_kernels(backend)
+
+
 def test_a_complex_argument_splits_off_the_ops_reading_it():
     """ir.jit refuses complex arguments: the ops reading one run on PyTorch, the rest fuses."""
     def fn(z, x):
