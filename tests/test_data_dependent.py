@@ -45,3 +45,22 @@ def test_data_dependent_python_names_the_line_and_the_operation(case, mode):
     assert any(f"{os.path.basename(__file__)}:{n}" in message for n in lines), message
     assert operation in message and 'torch.compile(fn, backend="triton_exec")' in message
     assert isinstance(raised.value, NotImplementedError)
+
+
+@settings(max_examples=12, deadline=None)
+@given(shapes=st.sampled_from([((4,), (3,)), ((4,), (1, 4)), ((2, 3), (3, 2)), ((4,), (4,))]),
+       mode=st.sampled_from(MODES), captured=st.booleans())
+def test_torch_equal_of_different_shapes_is_false_without_reading_data(shapes, mode, captured):
+    """Eager's `torch.equal` is False for tensors of different shapes whatever their data: the
+    trace answers so (no data read, no error); equal shapes still read data."""
+    other = torch.zeros(shapes[1])
+
+    def fn(x, y):
+        return x * 2 if torch.equal(x, other if captured else y) else x - 1
+
+    x, y = torch.randn(shapes[0]), other
+    if shapes[0] == shapes[1]:
+        with pytest.raises(ir.DataDependentError):
+            ir.jit(fn, cache=mode)(x, y)
+        return
+    assert torch.equal(ir.jit(fn, cache=mode)(x, y), fn(x, y))
