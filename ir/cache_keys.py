@@ -23,6 +23,8 @@ def _tensor_key(t: torch.Tensor, constant: bool):
         raise transforms.subclass_reason(t)
     if t.is_complex() or t.layout is not torch.strided:
         raise UnsupportedArgument(f"a {t.dtype} {t.layout} tensor is not supported")
+    if isinstance(t, torch.nn.Parameter):   # `isinstance(x, nn.Parameter)` is True in the trace
+        return (t.dtype, t.shape if constant else t.ndim, torch.nn.Parameter)
     return (t.dtype, t.shape if constant else t.ndim)
 
 

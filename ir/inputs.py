@@ -21,6 +21,8 @@ def input_proxy(name: str, value, ctx):
         proxy = TensorProxy(name, (), value.dtype, value.device,
                             value.requires_grad, value.is_neg())
         ctx.input_layouts[id(proxy)] = (tuple(value.stride()), value.is_contiguous())
+        if isinstance(value, torch.nn.Parameter):   # nn.Parameter's isinstance reads the flag
+            proxy._is_param = True
         if value.requires_grad and value.is_leaf:   # eager refuses to write into it in grad mode
             ctx.mutations.leaves.add(id(proxy))
         if not ctx.symbolic:

@@ -64,3 +64,33 @@ def test_queries_library_code_reads(mode):
     x = torch.randn(3, 4)
     expected = queries(x)
     assert ir.jit(lambda x: queries(x), cache=mode)(x) == expected
+
+
+class ParameterBranches(torch.nn.Module):
+    """Branches on `isinstance(..., nn.Parameter)` as library code does (e.g. initialization or
+    weight-tying helpers called from forward): a parameter, a buffer, an argument, a view."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4))
+        self.register_buffer("b", torch.ones(4))
+
+    def forward(self, x):
+        factor = 1.0
+        for i, t in enumerate((self.w, self.b, x, self.w[:2], self.w * 1)):
+            factor *= (2 + i) if isinstance(t, torch.nn.Parameter) else 1
+        return x * factor
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("argument", ["tensor", "parameter"])
+def test_parameters_are_parameters_to_isinstance(mode, argument):
+    """`isinstance(p, nn.Parameter)` is eager's answer for a module's parameters and for an
+    argument that is one (a Parameter argument and a tensor argument are two cache entries)."""
+    model = ParameterBranches()
+    jitted = ir.jit(model, cache=mode)
+    x = torch.randn(4)
+    x = torch.nn.Parameter(x) if argument == "parameter" else x
+    assert torch.equal(jitted(x), model(x))
+    other = torch.randn(4) if argument == "parameter" else torch.nn.Parameter(torch.randn(4))
+    assert torch.equal(jitted(other), model(other))
