@@ -118,6 +118,7 @@ def assert_gradients_equal(model, expected: dict, tol: dict):
 
 
 def eager_step(model, x):
+    model.zero_grad(set_to_none=True)
     out = step(model, x)
     return out, gradients(model)
 
