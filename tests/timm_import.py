@@ -51,8 +51,17 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def import_timm():
-    """timm, with placeholder torchvision modules when torchvision is not installed."""
-    if importlib.util.find_spec("torchvision") is None:
-        sys.meta_path.append(_PlaceholderFinder())
-    import timm
+    """timm, with placeholder torchvision modules while it is imported when torchvision is not
+    installed (afterwards `import torchvision` fails again for everyone else)."""
+    if importlib.util.find_spec("torchvision") is not None:
+        import timm
+        return timm
+    finder = _PlaceholderFinder()
+    sys.meta_path.append(finder)
+    try:
+        import timm
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+            del sys.modules[name]
     return timm
