@@ -16,6 +16,11 @@ REQUIREMENTS="$REQUIREMENTS transformers==5.23.0 huggingface_hub==2.4.0 tokenize
 # litgpt needs is these pins plus the packages above
 NO_DEPS="litgpt==0.5.12 lightning==2.6.6 pytorch-lightning==2.6.6 lightning-utilities==0.15.3"
 NO_DEPS="$NO_DEPS torchmetrics==1.9.0 psutil==7.1.3"
+# tests/test_timm.py's models (timm's classes built from small configs: nothing downloaded).
+# Without torchvision: its PyPI wheels for torch 2.13 are CUDA builds whose import fails on the
+# CPU torch, and resolving it would replace the pinned torch (tests/timm_import.py); timm's other
+# dependencies (pyyaml, huggingface_hub, safetensors) come with transformers above
+NO_DEPS="$NO_DEPS timm==1.0.31"
 STAMP=.venv/.setup-done
 # pyproject.toml's hash and the checkout's path: a changed project (e.g. its entry points) or a
 # .venv now serving another checkout (its editable install points at the old path) installs again

@@ -207,6 +207,26 @@ def test_dropout_in_training_draws_what_eager_draws_at_every_size():
     assert ir.cache_stats(jfn).misses == 1
 
 
+@pytest.mark.parametrize("draw", ["bernoulli_", "bernoulli"])
+def test_drop_path_draws_what_eager_draws_at_every_size(draw):
+    """timm's drop path: a per-sample mask drawn by `bernoulli_` on `new_empty` (or
+    `torch.bernoulli` of probabilities) has its input's shape: one entry for every batch."""
+    def f(x):
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        mask = (x.new_empty(shape).bernoulli_(0.75) if draw == "bernoulli_"
+                else torch.bernoulli(torch.full(shape, 0.75)))
+        return x * mask / 0.75
+
+    jfn = ir.jit(f, executors=["triton"], cache=SYMBOLIC)
+    for shape in [(2, 16, 8), (3, 16, 8), (5, 24, 8)]:
+        x = torch.randn(shape)
+        torch.manual_seed(3)
+        got = jfn(x)
+        torch.manual_seed(3)
+        torch.testing.assert_close(got, f(x))
+    assert ir.cache_stats(jfn).misses == 1
+
+
 def test_a_relation_the_op_needs_is_guarded_and_eager_raises_when_it_fails():
     def f(x, w):
         return F.linear(x, w) + 1

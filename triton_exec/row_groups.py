@@ -4,12 +4,19 @@ reductions share their outer dims and their row, and its root has the row's shap
 reduced one (keepdim or not); a group with reductions over a run of dims before the innermost
 is lowered one block of columns per program (`triton_exec.codegen.column_reduction`), so its
 reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not). The two kinds never share
-a group. A reduction that does not fit the group of its consumers starts a group of its own; a
+a group. A row plan computes every value of the row's shape at the tile's (rows, columns), so a
+row reduction whose kept dims reach the trailing (column) dims of a value of the row's shape
+downstream of it in the group (through a permute: ConvNeXt's LayerNorm2d backward permuted back
+to NCHW) would be asked for rows that vary along the columns: it does not join (`_rows_stay_rows`).
+A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling.
 """
 from __future__ import annotations
 
-from ir.proxies import same_shape
+import math
+
+from ir import prims
+from ir.proxies import hint, same_shape
 from triton_exec.codegen.lower_reduction import columns_of, over_columns, row_of
 from triton_exec.rules import rule_of
 
@@ -43,6 +50,54 @@ def _fits_column_root(root_shape, outer, reduced, inner) -> bool:
         isinstance(s, int) and s == 1 for s in root_shape[len(outer):len(outer) + n])
 
 
+def _dims_into(eqn, arg, dims: dict) -> dict:
+    """Where the dims of `arg` (dim -> tag) are in `eqn`'s output: through a permute, a
+    broadcast (an expanded size-1 dim is dropped), a reshape (the dims it keeps whole), a
+    reduction (its kept dims), else position by position when the ranks agree."""
+    out = eqn.out
+    if eqn.prim is prims.permute:
+        return {i: dims[p] for i, p in enumerate(eqn.params["perm"]) if p in dims}
+    if eqn.prim is prims.broadcast_in_dim:
+        return {eqn.params["dims"][k]: tag for k, tag in dims.items()
+                if hint(arg.shape[k]) == hint(out.shape[eqn.params["dims"][k]])}
+    if eqn.prim is prims.reshape:
+        starts = {math.prod(hint(s) for s in out.shape[:j]): j for j in range(out.ndim)}
+        found = {}
+        for k, tag in dims.items():
+            j = starts.get(math.prod(hint(s) for s in arg.shape[:k]))
+            if j is not None and hint(out.shape[j]) == hint(arg.shape[k]):
+                found[j] = tag
+        return found
+    if reduces(eqn) and arg is eqn.args[0]:
+        kept = arg.ndim - len(eqn.params["dims"])
+        return {k: tag for k, tag in dims.items() if k < kept} if not over_columns(eqn) else {}
+    return dict(dims) if out is not None and out.ndim == arg.ndim else {}
+
+
+def _rows_stay_rows(trace, eqn, members: list) -> bool:
+    """Whether the kept dims of the row reduction `eqn` stay outer dims in every value of the
+    row's shape downstream of it among the members (a row plan computes such a value at the
+    tile's columns: one reached through a permute would need the reduction of rows that vary
+    along the columns)."""
+    outer, reduced = row_of(eqn)
+    tracked = {id(eqn.out): {k: k for k in range(len(outer))}}
+    for i in sorted(members):
+        e = trace.eqns[i]
+        if e.out is None:
+            continue
+        dims = {}
+        for arg in e.input_vars():
+            if id(arg) in tracked:
+                dims.update(_dims_into(e, arg, tracked[id(arg)]))
+        if not dims:
+            continue
+        tracked[id(e.out)] = dims
+        row_shaped = e.out.ndim == len(outer) + len(reduced)
+        if row_shaped and any(j >= len(outer) for j in dims):
+            return False
+    return True
+
+
 def joins(trace, eqn, members: list) -> bool:
     """Whether `eqn` may join the group of these members (equation indices, its root first)."""
     if not reduces(eqn):
@@ -51,6 +106,8 @@ def joins(trace, eqn, members: list) -> bool:
     root_shape = tuple(trace.eqns[members[0]].out.shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]
             else _fits_root(root_shape, *split[1:3]))
+    if fits and not split[0] and not _rows_stay_rows(trace, eqn, members):
+        return False
     others = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
     return fits and all(o[0] == split[0] and all(same_shape(a, b) for a, b in zip(o[1:], split[1:]))
                         for o in others)

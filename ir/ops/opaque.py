@@ -56,7 +56,7 @@ def _tensors(*xs):
       "nan_to_num", "cumsum", "cumprod", "logcumsumexp", "flip", "roll", "tril", "triu",
       "resolve_neg", "resolve_conj", "detach", "normalize", "scatter", "scatter_add",
       "scatter_reduce", "index_add", "index_copy", "index_fill", "masked_scatter", "argsort",
-      "group_norm", "batch_norm", "instance_norm", "local_response_norm", torch.Tensor.to, torch.Tensor.contiguous, torch.clone, torch.Tensor.clone,
+      "group_norm", "batch_norm", "instance_norm", "local_response_norm", "bernoulli", torch.Tensor.to, torch.Tensor.contiguous, torch.clone, torch.Tensor.clone,
       torch.Tensor.__invert__)
 def same_as_input(input, *args, **kwargs):
     return [input.shape]

@@ -196,9 +196,12 @@ def _reshape(w, eqn, idx, mask, path):
     t, shape = eqn.args
     kept_out = [i for i, s in zip(idx, shape) if not known(s) or s != 1]
     kept_in = [s for s in t.shape if not known(s) or s != 1]
+    pairs = list(zip(kept_in, [s for s in shape if not known(s) or s != 1]))
+    # a size and one a guard made it (the target shape keeps the traced size: (i0, n, 1) of a
+    # tensor of shape (2, n) once i0 is 2), equal in this call: guarded equal
     if len(kept_out) == len(kept_in) and all(
-            same_size(a, b) for a, b in
-            zip(kept_in, [s for s in shape if not known(s) or s != 1])):
+            same_size(a, b) or vectorize.hint_of(a) == vectorize.hint_of(b) for a, b in pairs):
+        w.guards += [("eq", a, b) for a, b in pairs if not same_size(a, b)]
         it = iter(kept_out)
         new = [next(it) if not known(s) or s != 1 else index.Const(0) for s in t.shape]
         return w.value(t, new, mask, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ir import prims
+from ir.proxies import same_size
 from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.kernel_types import is_constant
@@ -58,13 +59,16 @@ class Pairs:
 
 def pair_tiling(group: Group, enabled: bool) -> str | None:
     """Whether the group is tiled by pairs (see `Pairs`): "trailing" when the domain ends in a
-    dim of 2 (`torch.stack((a, b), -1)`), "interleaved" when its innermost dim is even and the
+    dim of 2 (`torch.stack((a, b), -1)`) and every output has the domain's size along the dim
+    before it (COLS walks that dim: an output smaller along it, a horizontal fusion's, nests
+    along the rows only), "interleaved" when its innermost dim is even and the
     group splits it into pairs or merges pairs into it (a reshape from or to an innermost dim of
     2, a step-2 slice of the innermost dim); None otherwise."""
     domain = group.domain
     if not enabled:
         return None
-    if len(domain) >= 2 and is_constant(domain[-1], 2) and not is_constant(domain[-2], 1):
+    if (len(domain) >= 2 and is_constant(domain[-1], 2) and not is_constant(domain[-2], 1)
+            and all(same_size(o.shape[-2], domain[-2]) for o in group.outputs)):
         return "trailing"
     if vectorize.hint_of(domain[-1]) % 2 or vectorize.hint_of(domain[-1]) < 4:
         return None
