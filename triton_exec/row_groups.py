@@ -5,7 +5,10 @@ reduced one (keepdim or not); a group with reductions over a run of dims before 
 is lowered one block of columns per program (`triton_exec.codegen.column_reduction`), so its
 reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not). The two kinds never share
 a group. A reduction that does not fit the group of its consumers starts a group of its own; a
-group with reductions is never merged with a sibling.
+group with reductions is never merged with a sibling. A value of one per row of the row
+reductions it reads (cross-entropy's per-row loss, from the row's log-sum-exp and picked logit)
+stays out of a group that reduces other rows (the loss's sum): it goes with its reductions, whose
+kernel stores it, instead of that group reading each of their results.
 """
 from __future__ import annotations
 
@@ -43,10 +46,55 @@ def _fits_column_root(root_shape, outer, reduced, inner) -> bool:
         isinstance(s, int) and s == 1 for s in root_shape[len(outer):len(outer) + n])
 
 
+_PRODUCERS: list = [None, {}]     # (the equations of the trace last asked about, their outputs' map)
+
+
+def _producers(trace) -> dict:
+    """id of each value the trace computes -> its equation (one trace's map, kept while the
+    partition asks about it)."""
+    if _PRODUCERS[0] is not trace.eqns:
+        _PRODUCERS[:] = [trace.eqns, {id(o): e for e in trace.eqns for o in e.outs
+                                      if o is not None}]
+    return _PRODUCERS[1]
+
+
+def _feeding_rows(trace, eqn) -> list:
+    """(outer sizes, reduced sizes) of the row reductions whose results `eqn` reads, directly or
+    through ops with a fusion rule that do not reduce."""
+    producers, found, seen, todo = _producers(trace), [], set(), [eqn]
+    while todo:
+        for v in todo.pop().input_vars():
+            p = producers.get(id(v))
+            if p is None or id(p) in seen or rule_of(p) is None:
+                continue
+            seen.add(id(p))
+            if not reduces(p):
+                todo.append(p)
+            elif not over_columns(p):
+                found.append(row_of(p))
+    return found
+
+
+def _per_row_of_other_rows(trace, eqn, members: list) -> bool:
+    """Whether `eqn` computes one value per row of row reductions it reads while the group
+    reduces other rows (see the module)."""
+    splits = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
+    if not splits or not eqn.outs or len(eqn.outs) != 1 or eqn.out is None:
+        return False
+    shape = tuple(eqn.out.shape)
+    for outer, reduced in _feeding_rows(trace, eqn):
+        per_row = _fits_root(shape, outer, reduced) and not (
+            len(shape) == len(outer) + len(reduced) and same_shape(shape[len(outer):], reduced))
+        if per_row and any(s[0] or not (same_shape(s[1], outer) and same_shape(s[2], reduced))
+                           for s in splits):
+            return True
+    return False
+
+
 def joins(trace, eqn, members: list) -> bool:
     """Whether `eqn` may join the group of these members (equation indices, its root first)."""
     if not reduces(eqn):
-        return True
+        return not _per_row_of_other_rows(trace, eqn, members)
     split = _split(eqn)
     root_shape = tuple(trace.eqns[members[0]].out.shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]
