@@ -177,47 +177,126 @@ def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
 
 
 def _reduce_looped(w, eqn, idx):
-    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): a loop over
-    the blocks accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along the
-    loop's axis gives the reduced tile."""
+    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): computed by
+    the loop that `reduce_in_one_loop` makes for it alone, unless a loop computed it before."""
     plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
-    if key in plan.results:
-        return plan.results[key]
-    assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
-    t, name = eqn.args[0], eqn.prim.name
-    reduced = columns_of(eqn)[1] if plan.over == "rows" else row_of(eqn)[1]
-    kept = columns_of(eqn)[2] if plan.over == "rows" else reduced
-    if name != "sum":       # over nothing, eager's error (refused): a runtime count is guarded
-        w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
-    fn, neutral = REDUCE_SRC[name]
-    acc = w.names.fresh("acc")
+    if key not in plan.results:
+        assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
+        reduce_in_one_loop(w, [eqn], [], idx)
+    return plan.results[key]
 
-    def accumulate():
-        path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
-        x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
-        in_domain = w.mask_name(plan.tile.in_domain)
-        masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
-        if name == "sum":
-            update = f"{acc} + {masked}"
-        else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
-            pick = "maximum" if name == "amax" else "minimum"
-            update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
-                      f"tl.{pick}({acc}, {masked}))")
-        w.lines.append(f"{acc} = {update}")
 
-    in_loop(w, plan, accumulate, [f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
-                                  f"# {name} of each lane's {plan.over}, accumulated in fp32"])
-    axis = plan.axis
-    result = w.let("v", f"tl.reduce({acc}, {axis}, {fn}, keep_dims=True)",
-                   f"{name} over the {plan.over}")
-    if name != "sum":
-        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {axis}, "
-                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
-        result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
+    """One loop over the plan's blocks computing the reductions `eqns` (none reads another)
+    and the sums of `online` ((sum, its `row_loops.OnlineSum`) pairs: a sum of exp(a - shift(max))
+    whose max is among `eqns`), their results recorded in the plan (`results`). A reduction
+    accumulates its input's [ROWS, COLS] tile in fp32 (reduced along the loop's axis after the
+    loop). A max read by an online sum is the running max of the blocks' maxima ([ROWS, 1],
+    NaN tracked per lane); the sum is a running [ROWS, 1] sum, rescaled by
+    exp(shift(old max) - shift(new max)) where the max grows: one pass over the row."""
+    plan = w.reduction_loop
+    first, updates = [], []
+    peaks = {id(found.peak.out) for _, found in online}
+
+    def accumulated(eqn):
+        t, name = eqn.args[0], eqn.prim.name
+        reduced = columns_of(eqn)[1] if plan.over == "rows" else row_of(eqn)[1]
+        kept = columns_of(eqn)[2] if plan.over == "rows" else reduced
+        if name != "sum":   # over nothing, eager's error (refused): a runtime count is guarded
+            w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
+        fn, neutral = REDUCE_SRC[name]
+        acc = w.names.fresh("acc")
+        first.append(f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
+                     f"# {name} of each lane's {plan.over}, accumulated in fp32")
+
+        def accumulate():
+            path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+            x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
+            masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, {neutral})")
+            if name == "sum":
+                update = f"{acc} + {masked}"
+            else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
+                pick = "maximum" if name == "amax" else "minimum"
+                update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), "
+                          f"{acc} + {masked}, tl.{pick}({acc}, {masked}))")
+            w.lines.append(f"{acc} = {update}")
+
+        def finish():
+            result = w.let("v", f"tl.reduce({acc}, {plan.axis}, {fn}, keep_dims=True)",
+                           f"{name} over the {plan.over}")
+            if name != "sum":
+                nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {plan.axis}, "
+                                 f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
+                result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+            _record(w, eqn, idx, result)
+        return accumulate, finish
+
+    def running_max(eqn):
+        peak, nan = w.names.fresh("peak"), w.names.fresh("nan")
+        first.append(f"{peak} = tl.full([ROWS, 1], float('-inf'), tl.float32)  "
+                     f"# the running max of the blocks")
+        first.append(f"{nan} = tl.full([ROWS, COLS], 0, tl.int1)  # a NaN in each lane's columns")
+
+        def accumulate():
+            x = w.value(eqn.args[0], plan.input_index(eqn, idx), plan.tile.in_domain,
+                        Path().through(row_of(eqn)[1][-1]))
+            masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, "
+                                f"float('-inf'))")
+            w.lines.append(f"{nan} = {nan} | ({masked} != {masked})")
+            block = w.let("v", f"tl.reduce({masked}, 1, {REDUCE_SRC['amax'][0]}, "
+                               f"keep_dims=True)", "the block's max")
+            grown = w.let("v", f"tl.maximum({peak}, {block})")
+            plan.results[(id(eqn.out), tuple(idx))] = grown     # read by the sums' shifts
+            updates.append(f"{peak} = {grown}")
+
+        def finish():
+            any_nan = w.let("v", f"tl.reduce({nan}.to(tl.int32), 1, {REDUCE_SRC['amax'][0]}, "
+                                 f"keep_dims=True) > 0", "NaN in the row")
+            _record(w, eqn, idx, w.let("v", f"tl.where({any_nan}, float('nan'), {peak})"))
+        return accumulate, finish
+
+    def online_sum(eqn, found):
+        total, shift = w.names.fresh("total"), w.names.fresh("shift")
+        first.append(f"{total} = tl.full([ROWS, 1], 0.0, tl.float32)  # the running sum")
+        first.append(f"{shift} = tl.full([ROWS, 1], 0.0, tl.float32)  "
+                     f"# the shift at the running max (-inf: 0)")
+
+        def accumulate():
+            at = plan.input_index(eqn, idx)
+            row_at = list(at[:len(idx)]) + [index.Const(0)] * (found.shift.ndim - len(idx))
+            outside, w.shape = w.shape, "[ROWS, 1]"
+            grown = w.value(found.shift, row_at, plan.tile.in_domain, Path().broken())
+            w.shape = outside
+            w.memo[(id(found.broadcast), tuple(at), plan.tile.in_domain, w.shape)] = grown
+            x = w.value(eqn.args[0], at, plan.tile.in_domain, Path().through(row_of(eqn)[1][-1]))
+            in_domain = w.mask_name(plan.tile.in_domain)
+            w.lines.append(f"{total} = {total} * libdevice.exp({shift} - {grown}) + tl.reduce("
+                           f"tl.where({in_domain}, {x}, 0.0), 1, {REDUCE_SRC['sum'][0]}, "
+                           f"keep_dims=True)  # rescaled to the grown max's shift")
+            updates.append(f"{shift} = {grown}")
+
+        def finish():
+            _record(w, eqn, idx, total)
+        return accumulate, finish
+
+    parts = [running_max(e) if id(e.out) in peaks else accumulated(e) for e in eqns]
+    parts += [online_sum(e, found) for e, found in online]
+
+    def body():
+        for accumulate, _ in parts:
+            accumulate()
+        w.lines.extend(updates)
+
+    in_loop(w, plan, body, first)
+    for _, finish in parts:
+        finish()
+
+
+def _record(w, eqn, idx, result) -> None:
+    """Records the loop's result of a reduction, rounded once where its dtype is fp16/bf16."""
     if eqn.out.dtype in COMPUTE_DTYPE:
         result = rounded_tile(w, result, eqn.out.dtype)
-    plan.results[key] = result
-    return result
+    w.reduction_loop.results[(id(eqn.out), tuple(idx))] = result
 
 
 register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,

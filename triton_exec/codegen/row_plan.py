@@ -23,7 +23,8 @@ from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
-    ROW_LIMIT, ReductionLoop, in_loop, row_of, split_columns)
+    ROW_LIMIT, ReductionLoop, in_loop, reduce_in_one_loop, row_of, split_columns)
+from triton_exec.codegen.row_loops import plan_loops
 from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
@@ -83,8 +84,8 @@ def _looped_body(w, group, tile, reduced, length) -> list:
     w.lines.append("# Values, as functions of the output index")
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
     outer = tile.outer[:len(tile.sizes) - 1]
-    for eqn in reductions(group.eqns):      # in trace order: one reads those before it
-        w.value(eqn.out, outer, in_rows, Path())
+    for eqns, online in plan_loops(reductions(group.eqns), w.producers):
+        reduce_in_one_loop(w, eqns, online, outer)
     stores = []
     for k, out in enumerate(group.outputs):
         if len(out.shape) == len(outer) + len(reduced) and same_shape(out.shape[len(outer):],
