@@ -18,6 +18,7 @@ from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
 from triton_exec.codegen.render import split_dependent
+from triton_exec.codegen.row_loops import one_hot_pick
 from triton_exec.codegen.narrow_tiles import rounded_tile
 from triton_exec.rules import register
 from triton_exec.vectorize import Path
@@ -100,6 +101,9 @@ def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
     reduced along COLS into a [ROWS, 1] tile; with a loop over the row or over the rows, see
     `_reduce_looped`."""
+    pick = one_hot_pick(eqn, w.producers) if w.row is not None else None
+    if pick is not None:
+        return _picked(w, eqn, pick, idx)
     if w.reduction_loop is not None:
         return _reduce_looped(w, eqn, idx)
     t, name = eqn.args[0], eqn.prim.name
@@ -115,6 +119,26 @@ def _reduce(w, eqn, idx, mask, path):
         nan = w.let("v", f"tl.reduce(tl.where({in_row} & ({x} != {x}), 1, 0), 1, "
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+    return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
+
+
+def _picked(w, eqn, pick, idx):
+    """The sum of where(arange == i, v, 0) over the row (`row_loops.Pick`): v at column i, where
+    0 <= i < the row's length (else 0), plus 0.0 (a sum of -0.0 and zeros is 0.0); a [ROWS, 1]
+    tile, one load per row."""
+    outer = list(idx[:eqn.args[0].ndim - 1])
+    rows = index.Mask(tuple(a for a in w.row.in_domain.atoms
+                            if "col_arange" not in a.a.deps | a.b.deps))
+    outside, w.shape = w.shape, "[ROWS, 1]"
+    column = w.value(pick.column, outer + [index.Const(0)], rows, Path().broken())
+    bits = 64 if pick.column.dtype.itemsize == 8 else 32
+    at = index.Leaf(column, frozenset({"row_arange"}), bits, 1, None, None)
+    length = w.size(eqn.args[0].shape[-1])
+    inside = index.Mask(rows.atoms + (index.Less(at, length), index.Less(at, index.Const(0), True)))
+    value = w.value(pick.value, outer + [at], inside, Path().broken())
+    result = w.let("v", f"tl.where({w.mask_name(inside)}, {value}, 0.0) + 0.0",
+                   "the row's value at its index")
+    w.shape = outside
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 
 
@@ -192,7 +216,8 @@ def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
     whose max is among `eqns`), their results recorded in the plan (`results`). A reduction
     accumulates its input's [ROWS, COLS] tile in fp32 (reduced along the loop's axis after the
     loop). A max read by an online sum is the running max of the blocks' maxima ([ROWS, 1],
-    NaN tracked per lane); the sum is a running [ROWS, 1] sum, rescaled by
+    NaN tracked per lane, or read from the sum where it sums exp(max's input - shift): see
+    `row_loops.OnlineSum`); the sum is a running [ROWS, 1] sum, rescaled by
     exp(shift(old max) - shift(new max)) where the max grows: one pass over the row."""
     plan = w.reduction_loop
     first, updates = [], []
@@ -231,18 +256,25 @@ def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
             _record(w, eqn, idx, result)
         return accumulate, finish
 
+    totals = [w.names.fresh("total") for _ in online]
+
     def running_max(eqn):
         peak, nan = w.names.fresh("peak"), w.names.fresh("nan")
         first.append(f"{peak} = tl.full([ROWS, 1], float('-inf'), tl.float32)  "
                      f"# the running max of the blocks")
-        first.append(f"{nan} = tl.full([ROWS, COLS], 0, tl.int1)  # a NaN in each lane's columns")
+        summed = [total for total, (_, found) in zip(totals, online)
+                  if found.peak is eqn and found.same_values]
+        if not summed:
+            first.append(f"{nan} = tl.full([ROWS, COLS], 0, tl.int1)  "
+                         f"# a NaN in each lane's columns")
 
         def accumulate():
             x = w.value(eqn.args[0], plan.input_index(eqn, idx), plan.tile.in_domain,
                         Path().through(row_of(eqn)[1][-1]))
             masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, "
                                 f"float('-inf'))")
-            w.lines.append(f"{nan} = {nan} | ({masked} != {masked})")
+            if not summed:
+                w.lines.append(f"{nan} = {nan} | ({masked} != {masked})")
             block = w.let("v", f"tl.reduce({masked}, 1, {REDUCE_SRC['amax'][0]}, "
                                f"keep_dims=True)", "the block's max")
             grown = w.let("v", f"tl.maximum({peak}, {block})")
@@ -250,13 +282,14 @@ def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
             updates.append(f"{peak} = {grown}")
 
         def finish():
-            any_nan = w.let("v", f"tl.reduce({nan}.to(tl.int32), 1, {REDUCE_SRC['amax'][0]}, "
-                                 f"keep_dims=True) > 0", "NaN in the row")
+            any_nan = (f"{summed[0]} != {summed[0]}" if summed else
+                       w.let("v", f"tl.reduce({nan}.to(tl.int32), 1, {REDUCE_SRC['amax'][0]}, "
+                                  f"keep_dims=True) > 0", "NaN in the row"))
             _record(w, eqn, idx, w.let("v", f"tl.where({any_nan}, float('nan'), {peak})"))
         return accumulate, finish
 
-    def online_sum(eqn, found):
-        total, shift = w.names.fresh("total"), w.names.fresh("shift")
+    def online_sum(eqn, found, total):
+        shift = w.names.fresh("shift")
         first.append(f"{total} = tl.full([ROWS, 1], 0.0, tl.float32)  # the running sum")
         first.append(f"{shift} = tl.full([ROWS, 1], 0.0, tl.float32)  "
                      f"# the shift at the running max (-inf: 0)")
@@ -280,7 +313,7 @@ def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
         return accumulate, finish
 
     parts = [running_max(e) if id(e.out) in peaks else accumulated(e) for e in eqns]
-    parts += [online_sum(e, found) for e, found in online]
+    parts += [online_sum(e, found, total) for (e, found), total in zip(online, totals)]
 
     def body():
         for accumulate, _ in parts:

@@ -4,8 +4,10 @@ row. Reductions that read no other reduction of the group share the first loop; 
 others runs in a loop after theirs. A sum of `exp(a - shift)`, where `a` reads no reduction and
 `shift` is a row's max with an infinite max replaced by 0 (`logsumexp`'s and cross_entropy's
 `where(abs(max) == inf, 0, max)`), joins the loop of its max (`OnlineSum`: an online
-log-sum-exp, rescaled as the max grows), so a cross-entropy row is read once. Planning only:
-`lower_reduction.reduce_in_one_loop` lowers each loop.
+log-sum-exp, rescaled as the max grows), so a cross-entropy row is read once; a sum of
+where(arange == i, v, 0) (`Pick`: the target's logit) needs no loop, it is v at column i, one
+load per row (in any row plan: `lower_reduction`). Planning only: `lower_reduction`'s
+`reduce_in_one_loop` lowers each loop.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import math
 import torch
 
 from ir import TensorProxy
+from ir.proxies import same_size
 
 
 @dataclasses.dataclass
@@ -24,6 +27,8 @@ class OnlineSum:
     peak: object            # the max's equation (an amax over the same row)
     shift: TensorProxy      # the per-row shift, one value per row ([outer..., 1...])
     broadcast: TensorProxy  # the shift broadcast along the row, as the subtraction reads it
+    same_values: bool       # `a` holds the max's input (or its fp32 convert): then the sum is
+                            # NaN exactly where the row holds a NaN (its max needs no flag)
 
 
 def plan_loops(reductions: list, producers: dict) -> list:
@@ -32,6 +37,9 @@ def plan_loops(reductions: list, producers: dict) -> list:
     level: dict = {}
     loops: list = []
     for eqn in reductions:
+        if one_hot_pick(eqn, producers) is not None:
+            level[id(eqn.out)] = -1     # one load per row, outside the loops
+            continue
         found = _online_sum(eqn, producers, level)
         if found is not None:
             at = level[id(found.peak.out)]
@@ -90,7 +98,11 @@ def _online_sum(eqn, producers: dict, level: dict):
     if shift.ndim != eqn.args[0].ndim or not all(
             isinstance(s, int) and s == 1 for s in shift.shape[outer:]):
         return None
-    return OnlineSum(peak, shift, broadcast)
+    source = producers.get(id(a))
+    same = a is peak.args[0] or (source is not None and source.prim.name == "convert_element_type"
+                                 and source.args[0] is peak.args[0]
+                                 and source.args[0].dtype.is_floating_point)
+    return OnlineSum(peak, shift, broadcast, same)
 
 
 def _finite_shift_of(shift, producers: dict):
@@ -114,3 +126,59 @@ def _finite_shift_of(shift, producers: dict):
             return None
         eqn = producers.get(id(eqn.args[0]))
     return eqn if eqn is not None and eqn.prim.name == "amax" else None
+
+
+@dataclasses.dataclass
+class Pick:
+    """A sum over the innermost dim of where(arange == i, v, 0), `i` one index per row: the
+    row's v at column i (0 where i is outside the row), read by one load per row."""
+
+    value: TensorProxy      # v, over the row
+    column: TensorProxy     # i, one per row ([outer..., 1])
+
+
+def one_hot_pick(eqn, producers: dict):
+    """The Pick of a sum of where(eq(arange over the row, i broadcast along it), v, 0) over
+    one innermost dim of more than one element (cross_entropy's target logit), else None."""
+    if eqn.prim.name != "sum" or tuple(eqn.params["dims"]) != (eqn.args[0].ndim - 1,):
+        return None
+    length = eqn.args[0].shape[-1]
+    where = producers.get(id(eqn.args[0]))
+    if (where is None or where.prim.name != "where" or len(where.args) != 3
+            or not isinstance(where.args[2], (int, float)) or where.args[2] != 0
+            or not isinstance(where.args[1], TensorProxy)):
+        return None
+    test = producers.get(id(where.args[0]))
+    if test is None or test.prim.name != "eq" or not all(
+            isinstance(v, TensorProxy) and not v.dtype.is_floating_point for v in test.args):
+        return None
+    for columns, column in (test.args, test.args[::-1]):
+        if _is_row_arange(columns, length, producers) and (
+                i := _per_row_source(column, producers)) is not None:
+            if i.ndim == eqn.args[0].ndim and not (isinstance(length, int) and length < 2):
+                return Pick(where.args[1], i)
+    return None
+
+
+def _is_row_arange(v, length, producers: dict) -> bool:
+    """Whether v is arange(0, length, 1) broadcast along the innermost dim (its column index)."""
+    spread = producers.get(id(v))
+    if spread is None or spread.prim.name != "broadcast_in_dim" or tuple(
+            spread.params["dims"]) != (v.ndim - 1,):
+        return False
+    arange = producers.get(id(spread.args[0]))
+    return (arange is not None and arange.prim.name == "arange" and len(arange.args) == 3
+            and arange.args[0] == 0 and arange.args[2] == 1 and same_size(arange.args[1], length))
+
+
+def _per_row_source(v, producers: dict):
+    """The tensor of one value per row ([outer..., 1]) that v broadcasts along the innermost
+    dim, else None."""
+    spread = producers.get(id(v))
+    if spread is None or spread.prim.name != "broadcast_in_dim":
+        return None
+    source = spread.args[0]
+    if tuple(spread.params["dims"]) != tuple(range(v.ndim)) or not (
+            isinstance(source.shape[-1], int) and source.shape[-1] == 1):
+        return None
+    return source
