@@ -115,11 +115,12 @@ def _store(w, tile, out: TensorProxy, k: int, reduced, length, in_rows=None) -> 
                                       index.Less(tile.cols, index.Const(1))))
         extent, width, path = 1, 1, Path().broken()
     val = w.value(out, idx if out.shape else [], tile.in_domain if full else mask, path)
-    w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
-                             along_cols=full))
+    access = Access("store", out.name, "output", width, len(w.accesses), along_cols=full)
+    w.accesses.append(access)
     w.itemsizes.append(out.dtype.itemsize)
     offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent),
                                      tile.cols if full else index.Const(0)))
-    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
-            f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
-            f"# {out.name}, {width} per access")
+    access.line = (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
+                   f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
+                   f"# {out.name}, {width} per access")
+    return access.line
