@@ -18,6 +18,7 @@ import torch
 
 from ir import TensorProxy
 from ir.proxies import same_size
+from triton_exec.rules import rule_of
 
 
 @dataclasses.dataclass
@@ -25,10 +26,12 @@ class OnlineSum:
     """A sum over the row of exp(a - shift) computed in the loop of its max (see the module)."""
 
     peak: object            # the max's equation (an amax over the same row)
+    a: TensorProxy          # what the shift is subtracted from
     shift: TensorProxy      # the per-row shift, one value per row ([outer..., 1...])
     broadcast: TensorProxy  # the shift broadcast along the row, as the subtraction reads it
     same_values: bool       # `a` holds the max's input (or its fp32 convert): then the sum is
-                            # NaN exactly where the row holds a NaN (its max needs no flag)
+                            # NaN exactly where the row holds a NaN (its max needs no flag),
+                            # and reads the max's masked tile (-inf off the row: exp gives 0)
 
 
 def plan_loops(reductions: list, producers: dict) -> list:
@@ -59,14 +62,13 @@ def plan_loops(reductions: list, producers: dict) -> list:
 def _reductions_read(value, producers: dict) -> set:
     """ids of the outputs of the group's reductions that `value` reads, through the group's
     other equations."""
-    from triton_exec.row_groups import reduces
     found, seen, todo = set(), set(), [value]
     while todo:
         eqn = producers.get(id(todo.pop()))
         if eqn is None or id(eqn) in seen:
             continue
         seen.add(id(eqn))
-        if reduces(eqn):
+        if rule_of(eqn) is not None and rule_of(eqn).reduces:
             found.add(id(eqn.out))
         else:
             todo += [v for v in eqn.input_vars() if isinstance(v, TensorProxy)]
@@ -101,8 +103,8 @@ def _online_sum(eqn, producers: dict, level: dict):
     source = producers.get(id(a))
     same = a is peak.args[0] or (source is not None and source.prim.name == "convert_element_type"
                                  and source.args[0] is peak.args[0]
-                                 and source.args[0].dtype.is_floating_point)
-    return OnlineSum(peak, shift, broadcast, same)
+                                 and source.args[0].dtype.is_floating_point)   # to fp32: exact
+    return OnlineSum(peak, a, shift, broadcast, same)
 
 
 def _finite_shift_of(shift, producers: dict):

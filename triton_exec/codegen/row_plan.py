@@ -8,7 +8,7 @@ output is stored either at the row's columns (an output of the row's shape) or o
 (an output of the reduced shape, from column 0). Every reduction of the group has the same
 outer dims and row length, and the group's root has the row's shape or the reduced one
 (`triton_exec.row_groups` keeps partitions so). Imports `analysis`, `assembly`, `lowered`,
-`render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
+`render`, `tile_plan`, `lower_reduction`, `row_loops` and `kernel_types` from this package.
 """
 from __future__ import annotations
 
