@@ -228,3 +228,21 @@ def test_static_cost_at_llama_shapes():
         pytest.skip("no nvdisasm in this Triton: the counts would be PTX's, not comparable")
     assert rows.trips == 32 and rows.cost.instructions < 1881 / 2, rows.cost
     assert final.bytes_per_issued > LIGER_CE and gradient.bytes_per_issued > LIGER_CE
+
+
+def test_a_per_row_value_of_a_reduction_read_elsewhere_stays_with_its_sum():
+    """The per-row value leaves the final sum's group only where its reductions have no other
+    reader: a max that softmax (or `x - m`) also reads is stored by that group anyway, and the
+    sum's kernel reads it (3 kernels, not 4)."""
+    def with_softmax(x):
+        return torch.softmax(x, -1), (x.amax(-1) * 2).sum()
+
+    def shifted(x):
+        m = x.amax(-1, keepdim=True)
+        return x - m, (m * 2).sum()
+    x = torch.randn(8, 50, generator=torch.Generator().manual_seed(0))
+    for fn in (with_softmax, shifted):
+        jf = ir.jit(fn, executors=["triton"])
+        for got, expected in zip(jf(x), fn(x)):
+            assert_close_as_contract(got, expected, 50)
+        assert len(triton_exec.last_kernels(jf)) == 3, fn.__name__

@@ -6,9 +6,10 @@ is lowered one block of columns per program (`triton_exec.codegen.column_reducti
 reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not). The two kinds never share
 a group. A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling. A value of one per row of the row
-reductions it reads (cross-entropy's per-row loss, from the row's log-sum-exp and picked logit)
-stays out of a group that reduces other rows (the loss's sum): it goes with its reductions, whose
-kernel stores it, instead of that group reading each of their results.
+reductions it reads, which nothing else reads (cross-entropy's per-row loss, from the row's
+log-sum-exp and picked logit), stays out of a group that reduces other rows (the loss's sum): it
+goes with its reductions, whose kernel stores it, instead of that group reading each of their
+results.
 """
 from __future__ import annotations
 
@@ -46,33 +47,55 @@ def _fits_column_root(root_shape, outer, reduced, inner) -> bool:
         isinstance(s, int) and s == 1 for s in root_shape[len(outer):len(outer) + n])
 
 
-_PRODUCERS: list = [None, {}]     # (the equations of the trace last asked about, their outputs' map)
+_MAPS: list = [None, {}, {}]    # (the equations of the trace last asked about, their maps)
 
 
-def _producers(trace) -> dict:
-    """id of each value the trace computes -> its equation (one trace's map, kept while the
-    partition asks about it)."""
-    if _PRODUCERS[0] is not trace.eqns:
-        _PRODUCERS[:] = [trace.eqns, {id(o): e for e in trace.eqns for o in e.outs
-                                      if o is not None}]
-    return _PRODUCERS[1]
+def _maps(trace) -> tuple:
+    """(id of each value the trace computes -> its equation, id of each value -> the ids of
+    the equations reading it), for one trace, kept while the partition asks about it."""
+    if _MAPS[0] is not trace.eqns:
+        producers, readers = {}, {}
+        for e in trace.eqns:
+            producers.update({id(o): e for o in e.outs if o is not None})
+            for v in e.input_vars():
+                readers.setdefault(id(v), set()).add(id(e))
+        _MAPS[:] = [trace.eqns, producers, readers]
+    return _MAPS[1], _MAPS[2]
 
 
-def _feeding_rows(trace, eqn) -> list:
-    """(outer sizes, reduced sizes) of the row reductions whose results `eqn` reads, directly or
-    through ops with a fusion rule that do not reduce."""
-    producers, found, seen, todo = _producers(trace), [], set(), [eqn]
+def _cone(producers: dict, start: list, seen: dict) -> list:
+    """The equations with a fusion rule that `start`'s inputs come from, walking back through
+    those that do not reduce (added to `seen`, by id); returns the reductions reached."""
+    reached, todo = [], list(start)
     while todo:
         for v in todo.pop().input_vars():
             p = producers.get(id(v))
             if p is None or id(p) in seen or rule_of(p) is None:
                 continue
-            seen.add(id(p))
-            if not reduces(p):
+            seen[id(p)] = p
+            if reduces(p):
+                reached.append(p)
+            else:
                 todo.append(p)
-            elif not over_columns(p):
-                found.append(row_of(p))
-    return found
+    return reached
+
+
+def _feeding_rows(trace, eqn) -> list:
+    """(outer sizes, reduced sizes) of the row reductions whose results `eqn` reads, directly or
+    through ops with a fusion rule that do not reduce, where nothing reads those results and
+    ops but `eqn`, those ops and what the reductions read (which can all be one group: else
+    the results are stored anyway, and their readers may as well read them)."""
+    producers, readers = _maps(trace)
+    chain = {id(eqn): eqn}
+    reductions = _cone(producers, [eqn], chain)
+    if not reductions or any(over_columns(r) for r in reductions):
+        return []
+    allowed = dict(chain)
+    _cone(producers, reductions, allowed)
+    values = [o for e in chain.values() if e is not eqn for o in e.outs if o is not None]
+    if any(not readers.get(id(v), set()) <= allowed.keys() for v in values):
+        return []
+    return [row_of(r) for r in reductions]
 
 
 def _per_row_of_other_rows(trace, eqn, members: list) -> bool:
