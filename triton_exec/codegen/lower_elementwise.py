@@ -173,9 +173,7 @@ def _where(w, eqn, idx, mask, path):
             representable(x, dtype) or (s in w.narrow_tiles and w.narrow_tiles[s].dtype == dtype
                                         and not w.narrow_tiles[s].negated)
             for x, s in zip(eqn.args[1:], (a, b))):
-        narrow = [w.narrow_tiles[s].name if s in w.narrow_tiles else s for s in (a, b)]
-        w.narrow_tiles[result] = NarrowTile(
-            w.let("v", f"tl.where({c}, {narrow[0]}, {narrow[1]}).to({TL_DTYPE[dtype]})"), dtype)
+        w.narrow_tiles[result] = NarrowTile(w.let("v", f"{result}.to({TL_DTYPE[dtype]})"), dtype)
     return result
 
 
