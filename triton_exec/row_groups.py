@@ -10,6 +10,10 @@ downstream of it in the group (through a permute: ConvNeXt's LayerNorm2d backwar
 to NCHW) would be asked for rows that vary along the columns: it does not join (`_rows_stay_rows`).
 A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling.
+A value of one per row of the row reductions it reads, which nothing else reads
+(cross-entropy's per-row loss, from the row's log-sum-exp and picked logit), stays out of a group
+that reduces other rows (the loss's sum): it goes with its reductions, whose kernel stores it,
+instead of that group reading each of their results.
 """
 from __future__ import annotations
 
@@ -98,10 +102,77 @@ def _rows_stay_rows(trace, eqn, members: list) -> bool:
     return True
 
 
+_MAPS: list = [None, {}, {}]    # (the equations of the trace last asked about, their maps)
+
+
+def _maps(trace) -> tuple:
+    """(id of each value the trace computes -> its equation, id of each value -> the ids of
+    the equations reading it), for one trace, kept while the partition asks about it."""
+    if _MAPS[0] is not trace.eqns:
+        producers, readers = {}, {}
+        for e in trace.eqns:
+            producers.update({id(o): e for o in e.outs if o is not None})
+            for v in e.input_vars():
+                readers.setdefault(id(v), set()).add(id(e))
+        _MAPS[:] = [trace.eqns, producers, readers]
+    return _MAPS[1], _MAPS[2]
+
+
+def _cone(producers: dict, start: list, seen: dict) -> list:
+    """The equations with a fusion rule that `start`'s inputs come from, walking back through
+    those that do not reduce (added to `seen`, by id); returns the reductions reached."""
+    reached, todo = [], list(start)
+    while todo:
+        for v in todo.pop().input_vars():
+            p = producers.get(id(v))
+            if p is None or id(p) in seen or rule_of(p) is None:
+                continue
+            seen[id(p)] = p
+            if reduces(p):
+                reached.append(p)
+            else:
+                todo.append(p)
+    return reached
+
+
+def _feeding_rows(trace, eqn) -> list:
+    """(outer sizes, reduced sizes) of the row reductions whose results `eqn` reads, directly or
+    through ops with a fusion rule that do not reduce, where nothing reads those results and
+    ops but `eqn`, those ops and what the reductions read (which can all be one group: else
+    the results are stored anyway, and their readers may as well read them)."""
+    producers, readers = _maps(trace)
+    chain = {id(eqn): eqn}
+    reductions = _cone(producers, [eqn], chain)
+    if not reductions or any(over_columns(r) for r in reductions):
+        return []
+    allowed = dict(chain)
+    _cone(producers, reductions, allowed)
+    values = [o for e in chain.values() if e is not eqn for o in e.outs if o is not None]
+    if any(not readers.get(id(v), set()) <= allowed.keys() for v in values):
+        return []
+    return [row_of(r) for r in reductions]
+
+
+def _per_row_of_other_rows(trace, eqn, members: list) -> bool:
+    """Whether `eqn` computes one value per row of row reductions it reads while the group
+    reduces other rows (see the module)."""
+    splits = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
+    if not splits or not eqn.outs or len(eqn.outs) != 1 or eqn.out is None:
+        return False
+    shape = tuple(eqn.out.shape)
+    for outer, reduced in _feeding_rows(trace, eqn):
+        per_row = _fits_root(shape, outer, reduced) and not (
+            len(shape) == len(outer) + len(reduced) and same_shape(shape[len(outer):], reduced))
+        if per_row and any(s[0] or not (same_shape(s[1], outer) and same_shape(s[2], reduced))
+                           for s in splits):
+            return True
+    return False
+
+
 def joins(trace, eqn, members: list) -> bool:
     """Whether `eqn` may join the group of these members (equation indices, its root first)."""
     if not reduces(eqn):
-        return True
+        return not _per_row_of_other_rows(trace, eqn, members)
     split = _split(eqn)
     root_shape = tuple(trace.eqns[members[0]].out.shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]

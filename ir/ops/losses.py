@@ -1,6 +1,7 @@
 """The losses: `F.cross_entropy` with class indices as a decomposition into prims, fused by an
 executor as any reduction: per row, the log-sum-exp of the logits (max subtracted, an infinite
-max replaced by 0, as `logsumexp`) minus the target's logit (picked by comparing the class index
+max replaced by 0, as `logsumexp`; a row whose max is infinite has a NaN loss, as eager's
+`log_softmax` gives) minus the target's logit (picked by comparing the class index
 with an int32 `arange`, summed over the row), with `label_smoothing` (the row's mean of
 -log_softmax) and `ignore_index` (a zero loss); then `reduction` "none", "sum" or "mean" (over
 the targets not ignored: NaN when every one is, as eager). Computed in fp32 and rounded once to
@@ -53,7 +54,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     # the fp32 logits, so they are converted in its kernel, not materialized for three
     with torch.no_grad():   # the shift cancels in the loss: no gradient flows through it
         peak = convert(over(amax_p, input, (1,), True), x.dtype)
-        finite = op[torch.where](op[torch.eq](op[torch.abs](peak), math.inf), 0.0, peak)
+        infinite = op[torch.eq](op[torch.abs](peak), math.inf)
+        finite = op[torch.where](infinite, 0.0, peak)
+        # eager subtracts the max itself: a row whose max is infinite has a NaN loss
+        undefined = op[torch.where](infinite, math.nan, 0.0)
     lse = op[torch.add](op[torch.log](over(sum_p, op[torch.exp](op[torch.sub](x, finite)),
                                              (1,), True)), finite)
     target = convert(target, torch.int32)
@@ -61,7 +65,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     hit = op[torch.eq](bind(arange_p, 0, classes, 1, dtype=torch.int32, device=input.device),
                        index)
     picked = convert(over(sum_p, op[torch.where](hit, input, 0.0), (1,), True), x.dtype)
-    loss = op[torch.sub](lse, picked)
+    loss = op[torch.add](op[torch.sub](lse, picked), undefined)
     if label_smoothing:
         smooth = op[torch.sub](op[torch.mul](lse, classes), over(sum_p, x, (1,), True))
         loss = op[torch.add](op[torch.mul](loss, 1.0 - label_smoothing),

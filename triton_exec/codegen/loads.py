@@ -214,6 +214,14 @@ def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_stri
         inner_extent = t.shape[-1] if t.ndim else 1
     if mask.false:      # no lane of the domain reads it: the value is `other`
         return w.constant_tile(0, t.dtype)
+    row_mask = None if full else _per_row(w, offset, mask)
+    if row_mask is not None:    # one load per row, broadcast along the row by its readers
+        outside, w.shape = w.shape, "[ROWS, 1]"
+        try:
+            return _emit_load(w, t, example, offset, row_mask, path.broken(), what,
+                              inner_stride, outer_strides, dims, inner_extent=inner_extent)
+        finally:
+            w.shape = outside
     ptr = w.pointer(t)
     key = (ptr, offset, mask, "[ROWS, 2 * COLS]" if full else w.shape)
     if key in w.loaded:       # the same load reached on another path (a view of t)
@@ -233,14 +241,36 @@ def _emit_load(w, t, example, offset, mask, path, what, inner_stride, outer_stri
     w.accesses.append(access)
     w.itemsizes.append(example.element_size())
     offset = w.tile_shaped(offset, full)
-    value = w.let("v", f"tl.load({ptr} + {w.render.expr(offset, top=True)}, "
-                       f"mask={w.mask_name(mask, full=full)}, other=0)",
+    pointers, masks = f"{ptr} + {w.render.expr(offset, top=True)}", w.mask_name(mask, full=full)
+    if w.shape == "[ROWS, 1]":      # loaded as [ROWS]: one load per row, not one per lane
+        pointers, masks = f"tl.reshape({pointers}, [ROWS])", f"tl.reshape({masks}, [ROWS])"
+    value = w.let("v", f"tl.load({pointers}, mask={masks}, other=0)"
+                       + ("[:, None]" if w.shape == "[ROWS, 1]" else ""),
                   f"{t.name}: {what}, {width} per access")
     access.line = w.lines[-1]
     if t.dtype in COMPUTE_DTYPE:
         value = held_tile(w, value, t.dtype)
     w.loaded[key] = value
     return value
+
+
+def _per_row(w, offset, mask):
+    """The mask of a load of one value per row of a [ROWS, COLS] tile (a row's max, its
+    log-sum-exp, its target: an offset the columns do not reach), loaded as a [ROWS, 1] tile:
+    `mask` less its atoms over the columns alone (each holds at some column of every row); None
+    where the load is not one per row (another tile shape, or an atom over the columns and
+    another index)."""
+    if w.shape != "[ROWS, COLS]" or w.pairs is not None or w.row_axis is not None or (
+            offset.deps & {"col_arange", "fcol_arange"}):
+        return None
+    kept = []
+    for atom in mask.atoms:
+        deps = atom.a.deps | atom.b.deps
+        if "col_arange" not in deps:
+            kept.append(atom)
+        elif deps & (index.TILE - {"pid", "col_arange"}):
+            return None
+    return index.Mask(tuple(kept))
 
 
 def _guard_narrowing(w, t, example, width, width_at, dims):

@@ -167,7 +167,14 @@ def _convert(w, eqn, idx, mask, path):
 
 def _where(w, eqn, idx, mask, path):
     c, a, b = (w.value(x, idx, mask, path) for x in eqn.args)
-    return w.let("v", f"tl.where({c}, {a}, {b})")
+    result = w.let("v", f"tl.where({c}, {a}, {b})")
+    dtype = eqn.out.dtype
+    if dtype in COMPUTE_DTYPE and all(    # of values held in the narrow dtype: held too
+            representable(x, dtype) or (s in w.narrow_tiles and w.narrow_tiles[s].dtype == dtype
+                                        and not w.narrow_tiles[s].negated)
+            for x, s in zip(eqn.args[1:], (a, b))):
+        w.narrow_tiles[result] = NarrowTile(w.let("v", f"{result}.to({TL_DTYPE[dtype]})"), dtype)
+    return result
 
 
 def _full(w, eqn, idx, mask, path):

@@ -7,8 +7,10 @@ accumulating a [ROWS, COLS] tile, reduced along ROWS into a [1, COLS] tile. Accu
 fp32 (tiles of fp16/bf16 values are fp32); an fp16/bf16 result is rounded once, as eager rounds
 it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers the rules on
 import (`triton_exec.rules`); reductions over dims apart and empty rows are refused (torch runs
-them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`). Imports `kernel_types`, `narrow_tiles` and `render` from this
-package.
+them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`; which
+reductions share one, and the online log-sum-exp: `row_loops`); a sum of where(arange == i, v,
+0) over a row is v at column i, one load per row (`_picked`). Imports `kernel_types`,
+`narrow_tiles`, `render` and `row_loops` from this package.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
 from triton_exec.codegen.render import split_dependent
+from triton_exec.codegen.row_loops import one_hot_pick
 from triton_exec.codegen.narrow_tiles import rounded_tile
 from triton_exec.rules import register
 from triton_exec.vectorize import Path
@@ -100,6 +103,9 @@ def _reduce(w, eqn, idx, mask, path):
     """The reduction of the row: its input at every column of the row (under the row's mask),
     reduced along COLS into a [ROWS, 1] tile; with a loop over the row or over the rows, see
     `_reduce_looped`."""
+    pick = one_hot_pick(eqn, w.producers) if w.row is not None else None
+    if pick is not None:
+        return _picked(w, eqn, pick, idx)
     if w.reduction_loop is not None:
         return _reduce_looped(w, eqn, idx)
     t, name = eqn.args[0], eqn.prim.name
@@ -115,6 +121,26 @@ def _reduce(w, eqn, idx, mask, path):
         nan = w.let("v", f"tl.reduce(tl.where({in_row} & ({x} != {x}), 1, 0), 1, "
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
         result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+    return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
+
+
+def _picked(w, eqn, pick, idx):
+    """The sum of where(arange == i, v, 0) over the row (`row_loops.Pick`): v at column i, where
+    0 <= i < the row's length (else 0), plus 0.0 (a sum of -0.0 and zeros is 0.0); a [ROWS, 1]
+    tile, one load per row."""
+    outer = list(idx[:eqn.args[0].ndim - 1])
+    rows = index.Mask(tuple(a for a in w.row.in_domain.atoms
+                            if "col_arange" not in a.a.deps | a.b.deps))
+    outside, w.shape = w.shape, "[ROWS, 1]"
+    column = w.value(pick.column, outer + [index.Const(0)], rows, Path().broken())
+    bits = 64 if pick.column.dtype.itemsize == 8 else 32
+    at = index.Leaf(column, frozenset({"row_arange"}), bits, 1, None, None)
+    length = w.size(eqn.args[0].shape[-1])
+    inside = index.Mask(rows.atoms + (index.Less(at, length), index.Less(at, index.Const(0), True)))
+    value = w.value(pick.value, outer + [at], inside, Path().broken())
+    result = w.let("v", f"tl.where({w.mask_name(inside)}, {value}, 0.0) + 0.0",
+                   "the row's value at its index")
+    w.shape = outside
     return rounded_tile(w, result, eqn.out.dtype) if eqn.out.dtype in COMPUTE_DTYPE else result
 
 
@@ -177,47 +203,160 @@ def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
 
 
 def _reduce_looped(w, eqn, idx):
-    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): a loop over
-    the blocks accumulates the input's [ROWS, COLS] tile in fp32, then one reduction along the
-    loop's axis gives the reduced tile."""
+    """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): computed by
+    the loop that `reduce_in_one_loop` makes for it alone, unless a loop computed it before."""
     plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
-    if key in plan.results:
-        return plan.results[key]
-    assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
+    if key not in plan.results:
+        assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
+        reduce_in_one_loop(w, [eqn], [], idx)
+    return plan.results[key]
+
+
+def reduce_in_one_loop(w, eqns, online: list, idx) -> None:
+    """One loop over the plan's blocks computing the reductions `eqns` (none reads another)
+    and the sums of `online` ((sum, its `row_loops.OnlineSum`) pairs: a sum of exp(a - shift(max))
+    whose max is among `eqns`), their results recorded in the plan (`results`). A reduction
+    accumulates its input's [ROWS, COLS] tile in fp32 (reduced along the loop's axis after the
+    loop). A max read by an online sum is the running max of the blocks' maxima ([ROWS, 1],
+    NaN tracked per lane, or read from the sum where it sums exp(max's input - shift): see
+    `row_loops.OnlineSum`); the sum is a running [ROWS, 1] sum, rescaled by
+    exp(shift(old max) - shift(new max)) where the max grows: one pass over the row."""
+    loop = _Loop(w, w.reduction_loop, idx, online, [w.names.fresh("total") for _ in online])
+    peaks = {id(found.peak.out) for _, found in online}
+    parts = [_running_max(loop, e) if id(e.out) in peaks else _accumulated(loop, e)
+             for e in eqns]
+    parts += [_online_sum(loop, e, found, total)
+              for (e, found), total in zip(online, loop.totals)]
+
+    def body():
+        for accumulate, _ in parts:
+            accumulate()
+        w.lines.extend(loop.updates)
+
+    in_loop(w, loop.plan, body, loop.first)
+    for _, finish in parts:
+        finish()
+
+
+@dataclasses.dataclass
+class _Loop:
+    """What the parts of one loop (`reduce_in_one_loop`) share."""
+
+    w: object
+    plan: ReductionLoop
+    idx: object                 # the output index of the reductions
+    online: list                # (sum, OnlineSum) pairs
+    totals: list                # the running sums' names, one per online sum
+    first: list = dataclasses.field(default_factory=list)      # lines before the loop
+    updates: list = dataclasses.field(default_factory=list)    # the running values' last lines
+    masked: dict = dataclasses.field(default_factory=dict)     # id(max) -> input, -inf off row
+
+
+def _accumulated(loop, eqn):
+    """(accumulate, finish) of a reduction accumulated per lane."""
+    w, plan, idx = loop.w, loop.plan, loop.idx
     t, name = eqn.args[0], eqn.prim.name
     reduced = columns_of(eqn)[1] if plan.over == "rows" else row_of(eqn)[1]
     kept = columns_of(eqn)[2] if plan.over == "rows" else reduced
-    if name != "sum":       # over nothing, eager's error (refused): a runtime count is guarded
+    if name != "sum":   # over nothing, eager's error (refused): a runtime count is guarded
         w.guards += [("gt", s, 0) for s in reduced if isinstance(s, IntProxy)]
     fn, neutral = REDUCE_SRC[name]
     acc = w.names.fresh("acc")
+    loop.first.append(f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
+                      f"# {name} of each lane's {plan.over}, accumulated in fp32")
 
     def accumulate():
         path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
         x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
-        in_domain = w.mask_name(plan.tile.in_domain)
-        masked = w.let("v", f"tl.where({in_domain}, {x}, {neutral})")
+        masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, {neutral})")
         if name == "sum":
             update = f"{acc} + {masked}"
         else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
             pick = "maximum" if name == "amax" else "minimum"
-            update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), {acc} + {masked}, "
-                      f"tl.{pick}({acc}, {masked}))")
+            update = (f"tl.where(({acc} != {acc}) | ({masked} != {masked}), "
+                      f"{acc} + {masked}, tl.{pick}({acc}, {masked}))")
         w.lines.append(f"{acc} = {update}")
 
-    in_loop(w, plan, accumulate, [f"{acc} = tl.full([ROWS, COLS], {neutral}, tl.float32)  "
-                                  f"# {name} of each lane's {plan.over}, accumulated in fp32"])
-    axis = plan.axis
-    result = w.let("v", f"tl.reduce({acc}, {axis}, {fn}, keep_dims=True)",
-                   f"{name} over the {plan.over}")
-    if name != "sum":
-        nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {axis}, "
-                         f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
-        result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+    def finish():
+        result = w.let("v", f"tl.reduce({acc}, {plan.axis}, {fn}, keep_dims=True)",
+                       f"{name} over the {plan.over}")
+        if name != "sum":
+            nan = w.let("v", f"tl.reduce(tl.where({acc} != {acc}, 1, 0), {plan.axis}, "
+                             f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "NaN among them")
+            result = w.let("v", f"tl.where({nan}, float('nan'), {result})")
+        _record(w, eqn, idx, result)
+    return accumulate, finish
+
+
+def _running_max(loop, eqn):
+    """(accumulate, finish) of a max read by online sums: the running max of the blocks'."""
+    w, plan, idx = loop.w, loop.plan, loop.idx
+    peak, nan = w.names.fresh("peak"), w.names.fresh("nan")
+    loop.first.append(f"{peak} = tl.full([ROWS, 1], float('-inf'), tl.float32)  "
+                      f"# the running max of the blocks")
+    summed = [total for total, (_, found) in zip(loop.totals, loop.online)
+              if found.peak is eqn and found.same_values]
+    if not summed:
+        loop.first.append(f"{nan} = tl.full([ROWS, COLS], 0, tl.int1)  "
+                          f"# a NaN in each lane's columns")
+
+    def accumulate():
+        x = w.value(eqn.args[0], plan.input_index(eqn, idx), plan.tile.in_domain,
+                    Path().through(row_of(eqn)[1][-1]))
+        masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, float('-inf'))")
+        loop.masked[id(eqn.out)] = masked
+        if not summed:
+            w.lines.append(f"{nan} = {nan} | ({masked} != {masked})")
+        block = w.let("v", f"tl.reduce({masked}, 1, {REDUCE_SRC['amax'][0]}, keep_dims=True)",
+                      "the block's max")
+        grown = w.let("v", f"tl.maximum({peak}, {block})")
+        plan.results[(id(eqn.out), tuple(idx))] = grown     # read by the sums' shifts
+        loop.updates.append(f"{peak} = {grown}")
+
+    def finish():
+        any_nan = (f"{summed[0]} != {summed[0]}" if summed else
+                   w.let("v", f"tl.reduce({nan}.to(tl.int32), 1, {REDUCE_SRC['amax'][0]}, "
+                              f"keep_dims=True) > 0", "NaN in the row"))
+        _record(w, eqn, idx, w.let("v", f"tl.where({any_nan}, float('nan'), {peak})"))
+    return accumulate, finish
+
+
+def _online_sum(loop, eqn, found, total):
+    """(accumulate, finish) of an online sum: exp(a - the shift at the running max), the
+    running sum rescaled to each block's shift."""
+    w, plan, idx = loop.w, loop.plan, loop.idx
+    shift = w.names.fresh("shift")
+    loop.first.append(f"{total} = tl.full([ROWS, 1], 0.0, tl.float32)  # the running sum")
+    loop.first.append(f"{shift} = tl.full([ROWS, 1], 0.0, tl.float32)  "
+                      f"# the shift at the running max (-inf: 0)")
+
+    def accumulate():
+        at, mask = plan.input_index(eqn, idx), plan.tile.in_domain
+        row_at = list(at[:len(idx)]) + [index.Const(0)] * (found.shift.ndim - len(idx))
+        outside, w.shape = w.shape, "[ROWS, 1]"
+        grown = w.value(found.shift, row_at, mask, Path().broken())
+        w.shape = outside
+        w.memo[(id(found.broadcast), tuple(at), mask, w.shape)] = grown
+        if found.same_values:   # the max's masked input: exp(-inf - finite shift) = 0 off the row
+            w.memo[(id(found.a), tuple(at), mask, w.shape)] = loop.masked[id(found.peak.out)]
+        e = w.value(eqn.args[0], at, mask, Path().through(row_of(eqn)[1][-1]))
+        if not found.same_values:
+            e = f"tl.where({w.mask_name(mask)}, {e}, 0.0)"
+        w.lines.append(f"{total} = {total} * libdevice.exp({shift} - {grown}) + tl.reduce("
+                       f"{e}, 1, {REDUCE_SRC['sum'][0]}, keep_dims=True)  "
+                       f"# rescaled to the grown max's shift")
+        loop.updates.append(f"{shift} = {grown}")
+
+    def finish():
+        _record(w, eqn, idx, total)
+    return accumulate, finish
+
+
+def _record(w, eqn, idx, result) -> None:
+    """Records the loop's result of a reduction, rounded once where its dtype is fp16/bf16."""
     if eqn.out.dtype in COMPUTE_DTYPE:
         result = rounded_tile(w, result, eqn.out.dtype)
-    plan.results[key] = result
-    return result
+    w.reduction_loop.results[(id(eqn.out), tuple(idx))] = result
 
 
 register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,

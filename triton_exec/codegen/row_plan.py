@@ -8,7 +8,7 @@ output is stored either at the row's columns (an output of the row's shape) or o
 (an output of the reduced shape, from column 0). Every reduction of the group has the same
 outer dims and row length, and the group's root has the row's shape or the reduced one
 (`triton_exec.row_groups` keeps partitions so). Imports `analysis`, `assembly`, `lowered`,
-`render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
+`render`, `tile_plan`, `lower_reduction`, `row_loops` and `kernel_types` from this package.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import _outer_indices, _tile_indices, kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
-    ROW_LIMIT, ReductionLoop, in_loop, row_of, split_columns)
+    ROW_LIMIT, ReductionLoop, in_loop, reduce_in_one_loop, row_of, split_columns)
+from triton_exec.codegen.row_loops import plan_loops
 from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
@@ -83,8 +84,8 @@ def _looped_body(w, group, tile, reduced, length) -> list:
     w.lines.append("# Values, as functions of the output index")
     in_rows = index.Mask((index.Less(tile.rows, tile.rows_extent),))
     outer = tile.outer[:len(tile.sizes) - 1]
-    for eqn in reductions(group.eqns):      # in trace order: one reads those before it
-        w.value(eqn.out, outer, in_rows, Path())
+    for eqns, online in plan_loops(reductions(group.eqns), w.producers):
+        reduce_in_one_loop(w, eqns, online, outer)
     stores = []
     for k, out in enumerate(group.outputs):
         if len(out.shape) == len(outer) + len(reduced) and same_shape(out.shape[len(outer):],
@@ -114,11 +115,12 @@ def _store(w, tile, out: TensorProxy, k: int, reduced, length, in_rows=None) -> 
                                       index.Less(tile.cols, index.Const(1))))
         extent, width, path = 1, 1, Path().broken()
     val = w.value(out, idx if out.shape else [], tile.in_domain if full else mask, path)
-    w.accesses.append(Access("store", out.name, "output", width, len(w.accesses),
-                             along_cols=full))
+    access = Access("store", out.name, "output", width, len(w.accesses), along_cols=full)
+    w.accesses.append(access)
     w.itemsizes.append(out.dtype.itemsize)
     offset = w.tile_shaped(index.add(index.mul(tile.flat_rows, extent),
                                      tile.cols if full else index.Const(0)))
-    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
-            f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
-            f"# {out.name}, {width} per access")
+    access.line = (f"tl.store({w.output_pointer(k)} + {w.render.expr(offset, top=True)}, "
+                   f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
+                   f"# {out.name}, {width} per access")
+    return access.line
