@@ -10,7 +10,7 @@ group with reductions is never merged with a sibling.
 from __future__ import annotations
 
 from ir.proxies import same_shape
-from triton_exec.codegen.lower_reduction import columns_of, over_columns, row_of
+from triton_exec.codegen.lower_reduction import columns_of, over_columns, permuted_copy, row_of
 from triton_exec.rules import rule_of
 
 
@@ -48,7 +48,11 @@ def joins(trace, eqn, members: list) -> bool:
     if not reduces(eqn):
         return True
     split = _split(eqn)
-    root_shape = tuple(trace.eqns[members[0]].out.shape)
+    root = trace.eqns[members[0]]
+    stored = permuted_copy(root, lambda v: next((trace.eqns[i] for i in members if any(
+        o is v for o in trace.eqns[i].outs)), None)) if split[0] else None
+    # a column plan stores a permuted copy of a value of the kept shape permuted
+    root_shape = tuple((root.out if stored is None else stored[0]).shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]
             else _fits_root(root_shape, *split[1:3]))
     others = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
