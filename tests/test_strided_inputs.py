@@ -87,6 +87,23 @@ def attention(x, w_q, w_kv, w_o, c, ops, heads: int):
     return F.linear(a.transpose(1, 2).reshape(b, t, -1), w_o)
 
 
+def grouped(x, w_q, w_kv, w_o, c, ops, heads: int):
+    """Grouped-query attention: k and v of half the heads (or one), repeated as transformers'
+    `repeat_kv` does; their gradients are summed over the repeats (a column reduction) and
+    permuted back to [B, T, H, D] for their linears."""
+    b, t, d = x.shape
+    kv = max(heads // 2, 1)
+    q = F.linear(x, w_q).view(b, t, heads, -1).transpose(1, 2)
+    k, v = (F.linear(x, w).view(b, t, kv, -1).transpose(1, 2)
+            for w in (w_kv[:kv * (d // heads)], w_kv[-kv * (d // heads):]))
+    for op in ops:
+        k = FUSED[op](k, c)
+    k, v = (u[:, :, None].expand(b, kv, heads // kv, t, d // heads).reshape(b, heads, t, -1)
+            for u in (k, v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.linear(a.transpose(1, 2).reshape(b, t, -1), w_o)
+
+
 def conv(x, w_q, w_kv, w_o, c, ops, heads: int):
     """A channels-last conv (its output and its input's gradient laid out NHWC under an NCHW
     shape) with fused work after it, then a linear over the last dim."""
@@ -109,7 +126,8 @@ def windows(x, w_q, w_kv, w_o, c, ops, heads: int):
     return F.linear(y.sum(2), w_o)
 
 
-PROGRAMS = {"attention": attention, "conv": conv, "windows": windows}
+PROGRAMS = {"attention": attention, "conv": conv, "grouped": grouped, "windows": windows}
+MOVEMENT = {"copy", "permute", "reshape", "broadcast_in_dim", "slice"}
 
 
 @st.composite
@@ -171,3 +189,19 @@ def test_strided_variants_keep_honest_widths():
     assert variants, "no kernel read a torch-made tensor through its strides"
     for v in variants:
         check_widths(v)
+
+
+@pytest.mark.parametrize("heads", [4, 8])
+def test_permuted_gradient_stored_by_its_producer(heads):
+    """The repeat sums of k's and v's gradients (a column reduction, with k's RoPE-like work)
+    write the gradient permuted back to [B, T, H, D] for the linear: no kernel only copies."""
+    inputs = _inputs("grouped", 2, 8, heads, 8, 0)
+    jfn = ir.jit(grouped, executors=["triton"])
+    g = torch.randn(2, 8, heads * 8)
+    assert_close(_step(jfn, inputs, ["rotate"], heads, g),
+                 _step(grouped, inputs, ["rotate"], heads, g))
+    (traces,) = ir.last_backward_traces(jfn).values()
+    bodies = [[b.prim.name for b in e.params["body"]] for e in traces[-1].eqns
+              if e.prim.kind == "fusion"]
+    assert any("copy" in names and "sum" in names for names in bodies), bodies
+    assert not [names for names in bodies if set(names) <= MOVEMENT], bodies

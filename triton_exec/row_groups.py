@@ -3,7 +3,8 @@ the innermost dims is lowered one row per program (`triton_exec.codegen.row_plan
 reductions share their outer dims and their row, and its root has the row's shape or the
 reduced one (keepdim or not); a group with reductions over a run of dims before the innermost
 is lowered one block of columns per program (`triton_exec.codegen.column_reduction`), so its
-reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not). The two kinds never share
+reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not),
+or copies a permute of a value of that shape (stored permuted). The two kinds never share
 a group. A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling.
 """
