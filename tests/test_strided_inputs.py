@@ -9,7 +9,8 @@ its strides, keyed by its guards in the launcher), and a kernel's result permute
 into a linear (the backward of `linear(h).view(b, t, h, d).transpose(1, 2)`: the gradient's
 reshape copies, fused into the kernel that computes it). Values and gradients equal eager's;
 the copies are counted with a dispatch mode, as `perf/decoder_layer.py` counts its kernels.
-Each strided variant's access widths are what its compiled kernel does (`test_record_widths`).
+Both cache modes. Each strided variant's access widths are what its compiled kernel does
+(`test_record_widths`).
 """
 import collections
 from unittest import mock
@@ -126,6 +127,7 @@ def windows(x, w_q, w_kv, w_o, c, ops, heads: int):
     return F.linear(y.sum(2), w_o)
 
 
+REDUCING = {"norm", "softmax"}
 PROGRAMS = {"attention": attention, "conv": conv, "grouped": grouped, "windows": windows}
 MOVEMENT = {"copy", "permute", "reshape", "broadcast_in_dim", "slice"}
 
@@ -163,13 +165,18 @@ def _step(fn, inputs, ops, heads, g):
 @given(data=st.data(), seed=st.integers(0, 2 ** 16))
 def test_kernels_read_torch_layouts_without_copies(kind, data, seed):
     kind, ops, b, t, heads, head = data.draw(strided_programs(kind))
-    note(f"{kind}: ops {ops}, B={b} T={t} H={heads} D={head}")
+    # symbolic mode without the reductions: a row loop's reduction read by a second reduction
+    # of the backward fails to lower there (`is read at another index inside another loop`,
+    # on main before this test too)
+    mode = data.draw(st.sampled_from(["constant values"] + (
+        [] if REDUCING & set(ops) else ["symbolic values"])))
+    note(f"{kind}: ops {ops}, B={b} T={t} H={heads} D={head}, {mode}")
     fn = PROGRAMS[kind]
     inputs = _inputs(kind, b, t, heads, head, seed)
     g = torch.randn(b, t if kind != "windows" else t - 1, heads * head,
                     generator=torch.Generator().manual_seed(seed + 1))
     expected = _step(fn, inputs, ops, heads, g)
-    jfn = ir.jit(fn, executors=["triton"])
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
     assert_close(_step(jfn, inputs, ops, heads, g), expected)        # compiles
     copies = Copies()
     with copies, _counting(copies):

@@ -209,7 +209,7 @@ class TritonExecutor(ir.Executor):
             variants = strided.StridedVariants(
                 functools.partial(self._variant, name, body, inputs, outputs, ctx.name,
                                   ctx.direction),
-                args, lowered.contiguous_inputs, record.variants)
+                args, lowered.contiguous_inputs, lowered.guards, record.variants)
         launcher = self._launcher(name, record, args, variants)
         prim = FusionPrim(name, "fusion", None, None)
         eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher,

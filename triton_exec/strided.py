@@ -9,8 +9,9 @@ vectorization analysis' width, and the guards it rests on: innermost stride 1, s
 by their power-of-two divisor, aligned base, merged dims that compose). Those guards, which the
 prologue checks for an argument, are this variant's key: checked by the launcher on each call that
 leaves the contiguous path, the first variant whose guards hold runs, and a call no variant's
-guards accept lowers one more. A variant whose guards or runtime sizes the launcher cannot
-evaluate is not built: the call copies the tensors (`.contiguous()`) and runs the contiguous
+guards accept lowers one more (its guards on sizes alone that the contiguous kernel's entry
+guards already are left to the prologue). A variant whose guards or runtime sizes the launcher
+cannot evaluate is not built: the call copies the tensors (`.contiguous()`) and runs the contiguous
 kernel, as every call did before.
 
 Each variant's `KernelRecord` (its widths, its PTX) is in the group's record's `variants`; a
@@ -22,7 +23,7 @@ import dataclasses
 import logging
 
 from ir import TensorProxy
-from ir.prologue import build_guard_check
+from ir.prologue import build_guard_check, render_guard
 
 log = logging.getLogger("triton_exec")
 
@@ -38,10 +39,13 @@ class StridedVariants:
     """`STRIDED(*args)` in a group's launcher (its arguments: the group's inputs, then its
     runtime sizes): runs the kernel lowered for these arguments' layouts (see the module)."""
 
-    def __init__(self, build, args: list, made_by_torch: list[str], records: list):
-        self.build = build          # (name, values by id of a Var) -> (Lowered, launcher, record)
+    def __init__(self, build, args: list, made_by_torch: list[str], entry_guards: list,
+                 records: list):
+        self.build = build          # (name suffix, tensors by id of their Var) -> (Lowered,
+                                    # launcher, record, the launcher's arguments)
         self.args = args            # the base launcher's arguments (trace Vars)
         self.made_by_torch = set(made_by_torch)     # names of the inputs torch made
+        self.entry_guards = {render_guard(g) for g in entry_guards}
         self.records = records      # the variants' KernelRecords (the group record's `variants`)
         self.variants: list[Variant] = []
         self.base = None            # the contiguous kernel's launcher
@@ -71,8 +75,10 @@ class StridedVariants:
             log.info("%s: no strided variant (it reads %s)", record.name,
                      [a.name for a in args if id(a) not in position] or lowered.contiguous_inputs)
             return None
+        # the guards of the contiguous kernel are the entry's: its prologue checked them
+        guards = [g for g in lowered.guards if render_guard(g) not in self.entry_guards]
         try:
-            check = build_guard_check([(a.name, a) for a in self.args], lowered.guards, [])
+            check = build_guard_check([(a.name, a) for a in self.args], guards, [])
         except AssertionError as why:      # a guard on a size the launcher is not given
             log.info("%s: no strided variant (%s)", record.name, why)
             return None
