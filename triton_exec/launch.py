@@ -198,11 +198,10 @@ def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int
     return LaunchConfig(max(rows, min(rows_for(1), CHUNKED_TILE // cols)), cols, warps, width)
 
 
-def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfig,
-                    strided: bool = False) -> str:
+def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfig) -> str:
     """Python source of the launcher of `args` (the fusion's inputs and sizes, as trace Vars):
-    allocate outputs, compute the grid, launch; `strided`: a call whose torch-made inputs are
-    not contiguous calls `STRIDED` with its arguments. Its own names never collide with the
+    allocate outputs, compute the grid, launch; a call whose torch-made inputs are not
+    contiguous calls `STRIDED` with its arguments. Its own names never collide with the
     trace's."""
     names = Namespace({"EMPTY", "LAUNCH", "STRIDED", "torch"})
     local = {id(a): names.take(a.name) for a in args}
@@ -225,13 +224,12 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
     by_name = {a.name: a for a in args}
     # Made by torch in the computation, read at literal contiguous strides: another layout, or
     # a view carrying its negative bit (a kernel reads raw storage; arguments are guarded), goes
-    # to the kernels lowered for its layout (`triton_exec.strided`), else is made contiguous
+    # to the kernels lowered for its layout (`STRIDED`: `triton_exec.strided`)
     made = [local[id(by_name[t])] for t in lowered.contiguous_inputs]
-    if made and strided:
-        lines += [f"    if not ({' and '.join(f'{t}.is_contiguous() and not {t}.is_neg()' for t in made)}):",
+    if made:
+        contiguous = " and ".join(f"{t}.is_contiguous() and not {t}.is_neg()" for t in made)
+        lines += [f"    if not ({contiguous}):",
                   f"        return STRIDED({', '.join(local[id(a)] for a in args)})"]
-    else:
-        lines += [f"    {t} = {t}.resolve_neg().contiguous()" for t in made]
     for p in lowered.params:
         t = p.strided
         if t is not None and id(t) not in strides:
@@ -418,8 +416,8 @@ def _empty_strided(size, stride, dtype, device):
 
 def build_launcher(name: str, lowered: Lowered, kernel, args, config, device, strided=None):
     """(the launcher, its source); `strided`: what it calls for torch-made inputs that are
-    not contiguous (`triton_exec.strided.StridedVariants`), else it copies them."""
-    source = launcher_source(name, lowered, args, config, strided is not None)
+    not contiguous (`triton_exec.strided.StridedVariants`; None where it reads none)."""
+    source = launcher_source(name, lowered, args, config)
     ns = {"torch": torch, "LAUNCH": make_launch(lowered, kernel, config, device),
           "EMPTY": empty_strided_for(device), "STRIDED": strided}
     exec(compile(source, f"<launcher {name}>", "exec"), ns)
