@@ -559,7 +559,7 @@ def _reshaped(ct, like):
     fusible copy) where its layout (a permute's of a computed value) cannot view, so no torch
     `reshape` copies it on its own. A view of a torch call's result (laid out as the call
     decides at run time) is left to torch's reshape, which views it where it can."""
-    if not _of_torch_call(ct) and _reshape_copies(ct, like.shape):
+    if not _of_torch_call(ct) and current().run(_reshape_copies, ct, like.shape):
         ct = copy(ct, torch.contiguous_format)
     return emit(reshape_p, ct, tuple(like.shape), like=like)
 
