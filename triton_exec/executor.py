@@ -6,6 +6,7 @@ the launcher, and records a `KernelRecord` that `triton_exec.last_kernels` retur
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 
@@ -15,7 +16,7 @@ import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
-from triton_exec import autotune, cost, fusion, horizontal, launch, offline
+from triton_exec import autotune, cost, fusion, horizontal, launch, offline, strided
 from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
 
 log = logging.getLogger("triton_exec")
@@ -36,6 +37,8 @@ class KernelRecord:
     compile_s: float = 0.0
     tuning: autotune.Outcome | None = None    # how `config` was chosen; every timed config
     direction: str = "forward"  # "backward" for a kernel of a differentiable unit's backward
+    variants: list = dataclasses.field(default_factory=list)    # the kernels lowered for other
+                                # layouts of its torch-made inputs (`triton_exec.strided`)
 
     @property
     def vector_width(self) -> dict:
@@ -197,36 +200,63 @@ class TritonExecutor(ir.Executor):
         return new
 
     def _build(self, name, body, inputs, outputs, ctx):
-        start = time.perf_counter()
-        root = body[-1]
-        values = dict(ctx.values)
-        lowered = lower_group(f"{name}_kernel", body, outputs, inputs, values, self.vectorize)
+        lowered, args, record = self._kernel(name, body, inputs, outputs, dict(ctx.values),
+                                             ctx.name, ctx.direction, timing=not ctx.explaining)
         for g in lowered.guards:
             ctx.add_guard(g)
-        args = inputs + lowered.size_vars
-        kernel = launch.load_kernel(f"{name}_kernel", lowered.source, ctx.name)
-        device = root.out.device
+        variants = None
+        if lowered.contiguous_inputs:    # torch-made inputs laid out otherwise: `strided`
+            variants = strided.StridedVariants(
+                functools.partial(self._variant, name, body, inputs, outputs, ctx.name,
+                                  ctx.direction),
+                args, lowered.contiguous_inputs, lowered.guards, record.variants)
+        launcher = self._launcher(name, record, args, variants)
+        prim = FusionPrim(name, "fusion", None, None)
+        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher,
+                                      "kernel": f"{name}_kernel"}, tuple(outputs), executor=self)
+        return eqn, record
+
+    def _kernel(self, name, body, inputs, outputs, values, stem, direction, timing: bool):
+        """(lowered, launcher arguments, record without its launcher) of one group's kernel,
+        lowered with `values` (id of an input Var -> its tensor in this call; an input without
+        one was made by torch: contiguous, as the launcher passes it)."""
+        start = time.perf_counter()
+        lowered = lower_group(f"{name}_kernel", body, outputs, inputs, values, self.vectorize)
+        kernel = launch.load_kernel(f"{name}_kernel", lowered.source, stem)
         # Made by torch in this computation: a contiguous stand-in, as the launcher passes it
         example = {a.name: values[id(a)] if id(a) in values else _example_tensor(a, a.device)
                    for a in inputs}
         outs = [_example_tensor(o, "meta") for o in lowered.outputs]
         example_args = {p.name: p.evaluate(example, outs) for p in lowered.params}
         tuning = autotune.choose_config(lowered, kernel, example_args,
-                                        [hint(s) for s in lowered.tiled], device,
-                                        timing=not ctx.explaining)
-        config = tuning.config
-        launcher, launcher_src = launch.build_launcher(
-            name, lowered, kernel, args, config, device)
-        prim = FusionPrim(name, "fusion", None, None)
-        eqn = Eqn(prim, tuple(args), {"body": tuple(body), "launcher": launcher,
-                                      "kernel": f"{name}_kernel"}, tuple(outputs), executor=self)
-        record = KernelRecord(f"{name}_kernel", lowered.source, launcher_src, lowered, config,
+                                        [hint(s) for s in lowered.tiled], body[-1].out.device,
+                                        timing=timing)
+        record = KernelRecord(f"{name}_kernel", lowered.source, "", lowered, tuning.config,
                               {k: TensorFacts.of(v) for k, v in example_args.items()}, kernel,
                               time.perf_counter() - start - tuning.seconds, tuning=tuning,
-                              direction=ctx.direction)
+                              direction=direction)
         log.info("built %s: %d prims, vector width up to %d, %s config %s", record.name,
-                 len(body), lowered.max_width, tuning.source, config)
-        return eqn, record
+                 len(body), lowered.max_width, tuning.source, tuning.config)
+        return lowered, inputs + lowered.size_vars, record
+
+    @staticmethod
+    def _launcher(name, record, args, variants=None):
+        """The record's launcher (its source kept in the record); `variants`: the group's
+        `strided.StridedVariants`, which it calls where torch-made inputs are not contiguous."""
+        launcher, record.launcher_source = launch.build_launcher(
+            name, record.lowered, record.kernel, args, record.config,
+            record.lowered.outputs[0].device, variants)
+        if variants is not None:
+            variants.base = launcher
+        return launcher
+
+    def _variant(self, name, body, inputs, outputs, stem, direction, suffix, tensors):
+        """(lowered, launcher, record, launcher arguments) of a group's kernel for the layouts
+        of `tensors` (every input's, in a call): a `strided.StridedVariants` variant, its
+        config not timed (it is built in the middle of a call)."""
+        lowered, args, record = self._kernel(name + suffix, body, inputs, outputs, tensors, stem,
+                                             direction, timing=False)
+        return lowered, self._launcher(name + suffix, record, args), record, args
 
     def refusal(self, eqn):
         found = fusion.refusal(eqn.replace(executor=None))

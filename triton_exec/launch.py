@@ -200,8 +200,10 @@ def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int
 
 def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfig) -> str:
     """Python source of the launcher of `args` (the fusion's inputs and sizes, as trace Vars):
-    allocate outputs, compute the grid, launch. Its own names never collide with the trace's."""
-    names = Namespace({"EMPTY", "LAUNCH", "torch"})
+    allocate outputs, compute the grid, launch; a call whose torch-made inputs are not
+    contiguous calls `STRIDED` with its arguments. Its own names never collide with the
+    trace's."""
+    names = Namespace({"EMPTY", "LAUNCH", "STRIDED", "torch"})
     local = {id(a): names.take(a.name) for a in args}
     strides, outs = {}, {}
 
@@ -220,10 +222,14 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
                 and not any(index.leaves(e) for e in (lowered.rows, lowered.cols)))
     lines = [f"def {name}({', '.join(local[id(a)] for a in args)}):"]
     by_name = {a.name: a for a in args}
-    # Made by torch in the computation: a view of an argument (`x.contiguous()`, a reshape)
-    # may carry its negative bit, which the kernel must not read raw (arguments are guarded).
-    lines += [f"    {local[id(by_name[t])]} = {local[id(by_name[t])]}.resolve_neg().contiguous()"
-              for t in lowered.contiguous_inputs]
+    # Made by torch in the computation, read at literal contiguous strides: another layout, or
+    # a view carrying its negative bit (a kernel reads raw storage; arguments are guarded), goes
+    # to the kernels lowered for its layout (`STRIDED`: `triton_exec.strided`)
+    made = [local[id(by_name[t])] for t in lowered.contiguous_inputs]
+    if made:
+        contiguous = " and ".join(f"{t}.is_contiguous() and not {t}.is_neg()" for t in made)
+        lines += [f"    if not ({contiguous}):",
+                  f"        return STRIDED({', '.join(local[id(a)] for a in args)})"]
     for p in lowered.params:
         t = p.strided
         if t is not None and id(t) not in strides:
@@ -408,10 +414,12 @@ def _empty_strided(size, stride, dtype, device):
     return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
-def build_launcher(name: str, lowered: Lowered, kernel, args, config, device):
+def build_launcher(name: str, lowered: Lowered, kernel, args, config, device, strided=None):
+    """(the launcher, its source); `strided`: what it calls for torch-made inputs that are
+    not contiguous (`triton_exec.strided.StridedVariants`; None where it reads none)."""
     source = launcher_source(name, lowered, args, config)
     ns = {"torch": torch, "LAUNCH": make_launch(lowered, kernel, config, device),
-          "EMPTY": empty_strided_for(device)}
+          "EMPTY": empty_strided_for(device), "STRIDED": strided}
     exec(compile(source, f"<launcher {name}>", "exec"), ns)
     return ns[name], source
 

@@ -3,7 +3,8 @@ the innermost dims is lowered one row per program (`triton_exec.codegen.row_plan
 reductions share their outer dims and their row, and its root has the row's shape or the
 reduced one (keepdim or not); a group with reductions over a run of dims before the innermost
 is lowered one block of columns per program (`triton_exec.codegen.column_reduction`), so its
-reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not). The two kinds never share
+reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not),
+or copies a permute of a value of that shape (stored permuted). The two kinds never share
 a group. A row plan computes every value of the row's shape at the tile's (rows, columns), so a
 row reduction whose kept dims reach the trailing (column) dims of a value of the row's shape
 downstream of it in the group (through a permute: ConvNeXt's LayerNorm2d backward permuted back
@@ -21,7 +22,7 @@ import math
 
 from ir import prims
 from ir.proxies import hint, same_shape
-from triton_exec.codegen.lower_reduction import columns_of, over_columns, row_of
+from triton_exec.codegen.lower_reduction import columns_of, over_columns, permuted_copy, row_of
 from triton_exec.rules import rule_of
 
 
@@ -174,7 +175,11 @@ def joins(trace, eqn, members: list) -> bool:
     if not reduces(eqn):
         return not _per_row_of_other_rows(trace, eqn, members)
     split = _split(eqn)
-    root_shape = tuple(trace.eqns[members[0]].out.shape)
+    root = trace.eqns[members[0]]
+    stored = permuted_copy(root, lambda v: next((trace.eqns[i] for i in members if any(
+        o is v for o in trace.eqns[i].outs)), None)) if split[0] else None
+    # a column plan stores a permuted copy of a value of the kept shape permuted
+    root_shape = tuple((root.out if stored is None else stored[0]).shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]
             else _fits_root(root_shape, *split[1:3]))
     if fits and not split[0] and not _rows_stay_rows(trace, eqn, members):

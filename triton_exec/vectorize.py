@@ -14,7 +14,9 @@ Soundness: a cache entry's kernels run on every input its prologue accepts, so e
 rests on is proved, per call, by a guard of the prologue or by Triton's own specialization:
 
 - Lanes contiguous. The innermost stride is 1: guarded (`x_strides[-1] == 1`) for arguments;
-  inputs made by torch in the computation are made contiguous by the launcher. Inner dims merged
+  an input made by torch in the computation is read at contiguous strides when the launcher finds
+  it contiguous, else by a kernel lowered for its layout whose guards (these, on its strides) the
+  launcher checks (`strided.py`). Inner dims merged
   into one (`merge.py`) are the tensor only where the strides compose: guarded exactly,
   `x_strides[d] == x_strides[-1] * P` for each merged dim of size > 1 (a size-1 dim is never
   indexed). A step slice, broadcast, permute or reshape across the innermost dim gives V = 1.
@@ -38,7 +40,7 @@ rests on is proved, per call, by a guard of the prologue or by Triton's own spec
 - The values read are the tensor's. A view with the negative bit (`z.conj().imag`) is resolved by a
   torch op of the trace before any kernel sees it; every argument a kernel reads is guarded
   `not x.is_neg()`, and every other tensor it reads, made by torch in the computation (perhaps a
-  view of an argument), is resolved by the launcher (`t.resolve_neg().contiguous()`); the
+  view of an argument), is resolved by the launcher (`strided.py`: `t.resolve_neg()`); the
   conjugate bit exists only on complex tensors, which are refused. Tuple items are paired with
   their proxies by position, so each access is analysed on its own input's layout.
 

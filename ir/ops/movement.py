@@ -551,14 +551,34 @@ def _broadcast(eqn, cts):
     ct = cts[0]
     if summed:
         ct = emit(PRIMS["sum"], ct, dims=summed)
-    return [(t, ct if not summed and ct.ndim == t.ndim else
-             emit(reshape_p, ct, tuple(t.shape), like=t))]
+    return [(t, ct if not summed and ct.ndim == t.ndim else _reshaped(ct, t))]
+
+
+def _reshaped(ct, like):
+    """Cotangent ct reshaped to `like`'s shape as eager's reshape does it: copied first (a
+    fusible copy) where its layout (a permute's of a computed value) cannot view, so no torch
+    `reshape` copies it on its own. A view of a torch call's result (laid out as the call
+    decides at run time) is left to torch's reshape, which views it where it can."""
+    if not _of_torch_call(ct) and current().run(_reshape_copies, ct, like.shape):
+        ct = copy(ct, torch.contiguous_format)
+    return emit(reshape_p, ct, tuple(like.shape), like=like)
+
+
+def _of_torch_call(x) -> bool:
+    """Whether x is a torch call's result or a view of one (through the view prims)."""
+    eqns = current().eqns
+    while True:
+        eqn = next((e for e in reversed(eqns) if any(o is x for o in e.outs)), None)
+        if eqn is None or eqn.prim.name not in ("slice", "reshape", "permute",
+                                                 "broadcast_in_dim"):
+            return eqn is not None and eqn.prim.name == "opaque"
+        x = eqn.args[0]
 
 
 @grad_rule(reshape_p)
 def _reshape(eqn, cts):
     t = eqn.args[0]
-    return [(t, emit(reshape_p, cts[0], tuple(t.shape), like=t))]
+    return [(t, _reshaped(cts[0], t))]
 
 
 @grad_rule(permute_p)

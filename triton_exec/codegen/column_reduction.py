@@ -5,7 +5,8 @@ kept columns (the dims after the run, flattened), one program per block of COLS 
 index of the dims before the run; each reduction loops over the reduced rows in blocks of ROWS
 (`lower_reduction.ReductionLoop`), computing its fused producers there, and the ops after the
 reductions run on [1, COLS] tiles. The tile's domain is [reduced dims..., kept columns]; every
-output has the kept shape (keepdim or not: `triton_exec.row_groups`). One program reduces every row of its columns, so the result does
+output has the kept shape (keepdim or not: `triton_exec.row_groups`), or copies a permute of a
+value of that shape, stored at its index permuted. One program reduces every row of its columns, so the result does
 not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
 `lowered`, `render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
 """
@@ -21,7 +22,7 @@ from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
-    ReductionLoop, columns_of, over_columns, split_columns)
+    ReductionLoop, columns_of, over_columns, permuted_copy, split_columns)
 from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
@@ -103,20 +104,36 @@ def _flat(kept):
 
 def _store(w, tile, out: TensorProxy, k: int, outer, reduced, kept, in_cols) -> str:
     """The store line of output k: the outer dims' index, then the kept columns (with or without
-    the reduced dims as 1s between)."""
+    the reduced dims as 1s between); an output that copies a permute of such a value
+    (`lower_reduction.permuted_copy`) is stored at that value's index permuted."""
     flat, outer_idx = outer
-    ones = len(out.shape) - len(outer_idx) - len(kept)
+    permuted = (permuted_copy(w.producers[id(out)], lambda v: w.producers.get(id(v)))
+                if id(out) in w.producers else None)
+    kept_value = out if permuted is None else permuted[0]
+    ones = len(kept_value.shape) - len(outer_idx) - len(kept)
     assert ones in (0, len(reduced)) and all(
-        known(s) and s == 1 for s in out.shape[len(outer_idx):len(outer_idx) + ones]), \
+        known(s) and s == 1 for s in kept_value.shape[len(outer_idx):len(outer_idx) + ones]), \
         f"{out.name} is not of the kept shape"
     idx = outer_idx + [index.Const(0)] * ones + split_columns(tile.cols, kept)
-    width = vectorize.store_width(out.dtype.itemsize, _flat(kept), w.vectorize)
     path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+    if permuted is None:
+        width = vectorize.store_width(out.dtype.itemsize, _flat(kept), w.vectorize)
+        offset = tile.cols if not outer_idx else index.add(index.mul(flat, tile.cols_extent),
+                                                           tile.cols)
+    else:
+        idx = [idx[p] for p in permuted[1]]
+        offset, stride = index.Const(0), index.Const(1)
+        for i, s in zip(reversed(idx), reversed(out.shape)):
+            offset, stride = index.add(offset, index.mul(i, stride)), index.mul(stride, w.size(s))
+        # wide where the columns walk the output's innermost dim, aligned (a merged kept dim's
+        # `cols % n` is not carried by Triton: 1)
+        width = 1
+        if len(kept) == 1 and index.coefficient(offset, tile.cols) == 1:
+            width = math.gcd(vectorize.store_width(out.dtype.itemsize, kept[0], w.vectorize),
+                             index.aligned_run(offset, in_cols, tile.cols))
     val = w.value(out, idx, in_cols, path)
     w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
     w.itemsizes.append(out.dtype.itemsize)
-    offset = tile.cols if not outer_idx else index.add(index.mul(flat, tile.cols_extent),
-                                                       tile.cols)
     return (f"tl.store({w.output_pointer(k)} + {w.render.expr(w.tile_shaped(offset), top=True)}"
             f", {val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(in_cols)})  "
             f"# {out.name}, {width} per access")

@@ -27,8 +27,8 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     access's label)."""
     example = w.values.get(id(t))
     argument = example is not None       # the prologue can guard its layout
-    if not argument:    # made by torch in this computation: the launcher makes it
-        w.contiguous_inputs.append(t.name)       # contiguous, so its layout is known
+    if not argument:    # made by torch in this computation: read as contiguous (the launcher
+        w.contiguous_inputs.append(t.name)       # checks; `triton_exec.strided` otherwise)
         constant = all(known(s) for s in t.shape)
         example = _contiguous_example(t if constant else w.originals.get(id(t), t))
     else:

@@ -62,6 +62,19 @@ def columns_of(eqn):
         tuple(t.shape[dims[-1] + 1:])
 
 
+def permuted_copy(eqn, producer):
+    """(v, perm) where `eqn` copies a permute of v into contiguous memory (the copy before a
+    reshape that cannot view: a gradient permuted back to [B, T, H, D] and merged into a
+    linear's): a column plan computes v's index and stores it permuted; None otherwise.
+    producer: id of a value -> the equation of the group defining it."""
+    if eqn.prim.name != "copy" or eqn.params["memory_format"] != "contiguous":
+        return None
+    permute = producer(eqn.args[0])
+    if permute is None or permute.prim.name != "permute":
+        return None
+    return permute.args[0], tuple(permute.params["perm"])
+
+
 def _column_refusal(eqn):
     outer, reduced, kept = columns_of(eqn)
     if any(vectorize.hint_of(s) == 0 for s in outer + kept):

@@ -130,7 +130,8 @@ class Lowered:
     outputs: list               # TensorProxy outputs, in store order
     itemsizes: list             # itemsize of every access, for the launch heuristic
     size_vars: list             # Int/FloatProxies of the trace the kernel's parameters read
-    contiguous_inputs: list     # names of inputs the launcher makes contiguous first
+    contiguous_inputs: list     # names of torch-made inputs read as contiguous (the launcher
+                                # checks; `triton_exec.strided` reads another layout)
     aligned_pointers: bool      # whether launches specialize pointers on 16-byte alignment
     allocated: tuple            # the outputs' shape (ints and IntProxies): () for a 0-d output
     tiled: tuple                # the shape the kernel tiles: after the inner-dim merge

@@ -31,7 +31,7 @@ class KernelWriter:
         self.producers = producers            # id(Var) -> the group equation defining it
         self.max_vector = max_vector          # 16 bytes of the group's narrowest dtype
         self.stride_dims: dict = {}           # id(input) -> its original dim per dim (merges)
-        self.contiguous_inputs: list = []     # inputs the launcher makes contiguous
+        self.contiguous_inputs: list = []     # torch-made inputs read as contiguous
         self.originals: dict = {}             # id(merged input) -> its unmerged proxy
         self.vectorize = vectorize_enabled
         self.names = Namespace(KERNEL_RESERVED)
