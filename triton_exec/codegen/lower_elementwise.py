@@ -23,13 +23,17 @@ from triton_exec.rules import register
 
 # Transcendental ops go through libdevice (`triton_exec.kernel_math`): `tl.exp`, `tl.sin`, ...
 # lower to approximate instructions, and formulas such as 2 / (1 + exp(-2x)) - 1 for tanh lose
-# all relative accuracy near 0. Square root and the division in sigmoid round correctly.
+# all relative accuracy near 0. Square root rounds correctly. Sigmoid and silu divide by eager's
+# 1 + exp(-x) (libdevice's exp) through the reciprocal instruction, 1 ulp (an IEEE division is
+# ~15 instructions and a slow-path call): with both sides scaled by 1/4 (exact), the reciprocal
+# of 1 + exp(-x) < 2^128 stays normal, and 1 / inf is 0 (x / inf = -0.0, as eager's).
+QUARTER_DENOMINATOR = "(1.0 + libdevice.exp({0} * -1.0)) * 0.25"
 UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
              "log": "libdevice.log({0})", "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})",
              "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
-             "sigmoid": "tl.div_rn(1.0, 1.0 + libdevice.exp(-{0}))",
+             "sigmoid": f"libdevice.rcp({QUARTER_DENOMINATOR}) * 0.25",
              "tanh": "libdevice.tanh({0})", "erf": "libdevice.erf({0})",
-             "silu": "tl.div_rn({0}, 1.0 + libdevice.exp(-{0}))",
+             "silu": f"{{0}} * libdevice.rcp({QUARTER_DENOMINATOR}) * 0.25",
              "relu": "tl.where({0} < 0, 0.0, {0})"}
 # gelu by its `approximate`, with eager's constants (sqrt(1/2); sqrt(2/pi) and 0.044715)
 GELU_SRC = {"none": "{0} * 0.5 * (1.0 + libdevice.erf({0} * 0.7071067811865476))",
