@@ -1,8 +1,8 @@
 """perf/reduction_cost.py: our SwiGLU forward and backward kernels at Llama-3-8B shapes (bf16,
 [4096, 14336]), compiled offline for sm_90, move at least as many bytes per warp-instruction as
 Liger-Kernel's `swiglu` kernels, every access at its proven width (16 B). Liger's kernels are
-compiled from its wheel where ../shared/wheels has it; elsewhere its numbers measured with
-Liger-Kernel 0.8.5 (perf/RESULTS.md) stand in."""
+compiled from its wheel where ../shared/wheels has it; elsewhere the higher of its numbers
+measured with Liger-Kernel 0.8.5 on Triton 3.6 and 3.9 stands in."""
 
 import importlib.util
 import sys
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 PERF = Path(__file__).resolve().parent.parent / "perf"
-# Liger-Kernel 0.8.5's _swiglu_forward_kernel / _swiglu_backward_kernel (16384 columns, 32 warps)
-LIGER_MEASURED = {"swiglu forward": 8.67, "swiglu backward": 9.74}
+# Liger-Kernel 0.8.5's _swiglu_forward_kernel / _swiglu_backward_kernel (16384 columns, 32 warps):
+# 8.67 and 9.74 B/warp-instr compiled by Triton 3.6, 9.14 and 10.09 by Triton 3.9
+LIGER_MEASURED = {"swiglu forward": 9.14, "swiglu backward": 10.09}
 
 
 def load():
