@@ -109,8 +109,8 @@ LOOP_BLOCK = 4          # indices of the loop dim per program, by default (at mo
 
 def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
-    """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024), and few
-    enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
+    """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024; a single
+    row's: up to the whole tile, 16 elements per thread at 4 warps), and few enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
     widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
     rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
     if lowered.whole_rows:
@@ -131,8 +131,8 @@ def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -
     """A transpose's 2-D tile keeps COLS to `TRANSPOSE_COLS`, so ROWS hold the widest
     row-axis access for each thread (its layout walks the rows)."""
     width = lowered.max_width
-    cols = min(triton.next_power_of_2(max(cols_hint, 1)),
-               1024 if lowered.row_axis is None else TRANSPOSE_COLS)
+    cols = min(triton.next_power_of_2(max(cols_hint, 1)), TRANSPOSE_COLS
+               if lowered.row_axis is not None else 1024 if rows_hint > 1 else tile)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 4
