@@ -110,8 +110,8 @@ LOOP_BLOCK = 4          # indices of the loop dim per program, by default (at mo
 def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
     """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024; a single
-    row's: up to the whole tile, 16 elements per thread at 4 warps), and few enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
-    widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
+    row's: up to the whole tile), and few enough warps that each thread holds at least one full
+    vector along COLS; VEC the analysis' widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
     rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
     if lowered.whole_rows:
         return _row_config(lowered, rows_hint, cols_hint, tile)
