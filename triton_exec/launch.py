@@ -111,8 +111,9 @@ def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
     """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024; a single
     row's: up to the whole tile), and few enough warps that each thread holds at least one full
-    vector along COLS; VEC the analysis' widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
-    rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
+    vector along COLS; VEC the analysis' widest access; a kernel computed in column chunks: see
+    `_chunked_config`. `rows_hint`: the rows ROWS walks (with a loop, the loop dim's left out);
+    LOOP `LOOP_BLOCK`, up to the extent."""
     if lowered.whole_rows:
         return _row_config(lowered, rows_hint, cols_hint, tile)
     if lowered.column_rows is not None:
