@@ -130,7 +130,21 @@ def _binary(w, name: str, a: str, b, b_src: str) -> str:
                                                   and b.dtype.is_floating_point)
     nan = (f" | ({b_src} != {b_src})" if runtime_float
            else " | True" if isinstance(b, float) and math.isnan(b) else "")
+    if name == "div" and (reciprocal := _exact_reciprocal(b)) is not None:
+        return w.let("v", f"{a} * {reciprocal!r}")
     return w.let("v", BINARY_SRC[name].format(a, b_src, nan=nan))
+
+
+def _exact_reciprocal(b) -> float | None:
+    """1 / b for a number b that is a power of two whose reciprocal is a normal fp32 (a mean's
+    count of 4096): then a * (1 / b) is a / b, the same real number correctly rounded, for every
+    a (an IEEE division costs ~15 instructions and a slow-path call); None otherwise."""
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b == 0:
+        return None
+    mantissa, exponent = math.frexp(b)
+    if abs(mantissa) != 0.5 or not -126 <= 1 - exponent <= 127:
+        return None
+    return 1.0 / b
 
 
 def _pow(w, x: str, e, dtype) -> str:
