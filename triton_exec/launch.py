@@ -163,14 +163,16 @@ def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> 
 
 
 COLUMN_BLOCK = 256      # columns of a column plan's program at most
+COLUMN_STEP = 2         # a column plan's step of the row loop: this many heuristic tiles
 
 
 def _column_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
     """A column plan's: COLS up to `COLUMN_BLOCK` columns (programs along the columns), ROWS
-    filling about `tile` elements of the accumulator per step of the row loop."""
+    filling about `COLUMN_STEP` tiles of the accumulator per step of the row loop (32 values
+    per thread at 4 warps: the loop's overhead spread over more loads in flight)."""
     width = lowered.max_width
     cols = max(min(triton.next_power_of_2(max(cols_hint, 1)), COLUMN_BLOCK), width)
-    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
+    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), COLUMN_STEP * tile // cols))
     warps = 4
     while warps > 1 and rows * cols < 32 * warps * width:
         warps //= 2
