@@ -86,6 +86,29 @@ def test_fp16_bf16_chains_round_per_op_as_eager(case, where):
     assert_bits_equal(actual, expected)
 
 
+POWERS_OF_TWO = (2, 4096, 0.5, -0.25, 2.0 ** 20, 2.0 ** -20, 2.0 ** 126, -(2.0 ** -126))
+
+
+@settings(max_examples=EXAMPLES)
+@given(values=st.lists(st.one_of(st.floats(width=32), st.sampled_from(
+           [0.0, -0.0, 1e-45, -1e-40, 1.2e-38, 3.4e38])), min_size=1, max_size=16),
+       divisor=st.sampled_from(POWERS_OF_TWO), mode=st.sampled_from(
+           ["constant values", "symbolic values"]),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]))
+def test_division_by_a_power_of_two_is_bit_exact_over_the_whole_domain(values, divisor, mode,
+                                                                       dtype):
+    """x / 2**k (a mean's count) is computed as x * 2**-k, the same real number rounded once:
+    eager's bits for subnormal, huge, signed-zero, infinite and NaN x and results alike (bf16
+    subnormal results aside: eager's CPU and the interpreter round those their own ways)."""
+    x = torch.tensor(values).to(dtype)
+    note(f"{dtype} {mode}: {x.tolist()} / {divisor}")
+    expected, actual = x / divisor, jit(lambda t: t / divisor, "triton", mode)(x)
+    if dtype == torch.bfloat16:
+        normal = ~(expected.abs() < torch.finfo(dtype).tiny) | (expected == 0)
+        expected, actual = expected[normal], actual[normal]
+    assert_bits_equal(actual, expected)
+
+
 def test_rope_in_bf16_is_bit_exact_forward_and_backward():
     """Llama's RoPE (x * cos + rotate_half(x) * sin) in bf16, full and partial rotation: every
     product and sum rounded as eager's, on narrow tiles; x's gradient (from the grad rules,

@@ -2,15 +2,20 @@
 fp32 for values tiny, small, moderate, large and huge, negative, ±0, ±inf and NaN (NaN exactly
 where eager has NaN, signed zeros and infinities exactly); fp16/bf16 inputs, computed in fp32
 and rounded once, to one ulp of their dtype. relu, maximum and minimum keep eager's signed zeros
-and NaNs bit for bit."""
+and NaNs bit for bit. sigmoid and silu divide through the GPU's reciprocal instruction (1 ulp),
+which the interpreter computes exactly: with a reciprocal one ulp off either way they stay within
+3 fp32 ulps of the exact quotient."""
 import math
 
+import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from semantics import EXAMPLES, assert_bits_equal, grid, jit, laid_out
+from triton_exec import kernel_math
 
 UNARY = {name: (lambda fn: lambda x: fn(x))(fn) for name, fn in {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sin": torch.sin,
@@ -99,3 +104,49 @@ def test_signed_zeros_and_nans_as_eager(a, b, where, op):
 def test_the_issue_example():
     x = torch.tensor([1e-6, -1e-6, 1e-30, 20.0, -100.0, 1e30, -0.0])
     assert_within_ulps(jit(UNARY["tanh"], "triton", "constant values")(x), torch.tanh(x), 2)
+
+
+def reciprocal_one_ulp_off(direction: float):
+    """`kernel_math.rcp` under the interpreter at the instruction's error bound: a finite nonzero
+    result moved one ulp towards `direction` (0 and inf stay exact, as the instruction's)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    def rcp(x, _semantic=None):
+        with np.errstate(all="ignore"):
+            exact = np.float32(1) / x.handle.data
+        moved = np.nextafter(exact, np.float32(direction))
+        data = np.where(np.isfinite(exact) & (exact != 0), moved, exact).astype(np.float32)
+        return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
+    return rcp
+
+
+def exact_quotients(x: torch.Tensor) -> dict:
+    """sigmoid and silu as eager's CUDA kernels divide, exactly (IEEE), by 1 + exp(-x) in fp32,
+    exp the one the interpreter's kernels call (numpy's), rounded to x's dtype."""
+    xf = x.float().numpy()
+    with np.errstate(all="ignore"):
+        d = np.float32(1) + np.exp(-xf)
+        found = {"sigmoid": np.float32(1) / d, "silu": xf / d}
+    return {op: torch.from_numpy(q).to(x.dtype) for op, q in found.items()}
+
+
+# the 1/4 scaling keeps the reciprocal of 1 + exp(-x) normal down to its overflow at -88.72
+SCALED = st.lists(st.floats(-89.0, -86.0), min_size=1, max_size=8)
+
+
+@settings(max_examples=EXAMPLES)
+@given(op=st.sampled_from(["sigmoid", "silu"]), values=domain_values(), scaled=SCALED,
+       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+       direction=st.sampled_from([math.inf, -math.inf]), mode=st.sampled_from(
+           ["constant values", "symbolic values"]))
+def test_sigmoid_and_silu_within_3_ulps_of_the_exact_quotient_with_the_reciprocal_one_ulp_off(
+        op, values, scaled, dtype, direction, mode):
+    """The README's bound: within 3 fp32 ulps of eager's quotient (the same 1 + exp(-x) divided
+    exactly), ±0, ±inf and NaN exactly; fp16/bf16 within one ulp of the dtype."""
+    x = torch.tensor(values + scaled).to(dtype)
+    note(f"{op} {dtype} {mode} rcp towards {direction}: {x.tolist()}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_math, "rcp", reciprocal_one_ulp_off(direction))
+        actual = jit(UNARY[op], "triton", mode)(x)
+    assert_within_ulps(actual, exact_quotients(x)[op], 3 if dtype == torch.float32 else 1)

@@ -6,6 +6,10 @@ whole fp32 domain, where `tl.exp`/`tl.sin` lower to approximate instructions), t
 there the same function maps the tile's data through numpy's function of that name (also
 accurate). Each is a Triton builtin: the compiler calls it with `_semantic`, the interpreter
 without.
+
+`rcp` is the one approximate function: the GPU's reciprocal instruction (`rcp.approx.ftz.f32`,
+within 1 ulp for a normal result; the interpreter divides exactly), which sigmoid and silu
+divide by (see `codegen.lower_elementwise`).
 """
 from __future__ import annotations
 
@@ -42,3 +46,23 @@ def _builtin(name):
 
 
 exp, log, sin, cos, tanh, rsqrt, erf, pow = (_builtin(name) for name in _NUMPY)
+
+
+# 1 / x by the GPU's reciprocal: within 1 ulp where the result is normal, subnormal results
+# flushed to zero (callers scale the operand to keep the result normal)
+_RCP_PTX = "rcp.approx.ftz.f32 $0, $1;"
+
+
+def rcp(x, _semantic=None):
+    import triton.language as tl
+    if _semantic is not None:
+        return tl.inline_asm_elementwise(_RCP_PTX, "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1, _semantic=_semantic)
+    from triton.runtime.interpreter import TensorHandle
+    data = x.handle.data
+    with np.errstate(all="ignore"):
+        data = (np.float32(1) / data).astype(data.dtype)
+    return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
+
+
+rcp.__triton_builtin__ = True

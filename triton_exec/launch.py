@@ -109,10 +109,11 @@ LOOP_BLOCK = 4          # indices of the loop dim per program, by default (at mo
 
 def heuristic_config(lowered: Lowered, rows_hint: int, cols_hint: int,
                      tile: int = 2048) -> LaunchConfig:
-    """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024), and few
-    enough warps that each thread holds at least one full vector along COLS; VEC the analysis'
-    widest access; a kernel computed in column chunks: see `_chunked_config`. `rows_hint`: the
-    rows ROWS walks (with a loop, the loop dim's left out); LOOP `LOOP_BLOCK`, up to the extent."""
+    """A tile of about `tile` elements, COLS covering the innermost dim (up to 1024; a single
+    row's: up to the whole tile), and few enough warps that each thread holds at least one full
+    vector along COLS; VEC the analysis' widest access; a kernel computed in column chunks: see
+    `_chunked_config`. `rows_hint`: the rows ROWS walks (with a loop, the loop dim's left out);
+    LOOP `LOOP_BLOCK`, up to the extent."""
     if lowered.whole_rows:
         return _row_config(lowered, rows_hint, cols_hint, tile)
     if lowered.column_rows is not None:
@@ -131,8 +132,8 @@ def _whole_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -
     """A transpose's 2-D tile keeps COLS to `TRANSPOSE_COLS`, so ROWS hold the widest
     row-axis access for each thread (its layout walks the rows)."""
     width = lowered.max_width
-    cols = min(triton.next_power_of_2(max(cols_hint, 1)),
-               1024 if lowered.row_axis is None else TRANSPOSE_COLS)
+    cols = min(triton.next_power_of_2(max(cols_hint, 1)), TRANSPOSE_COLS
+               if lowered.row_axis is not None else 1024 if rows_hint > 1 else tile)
     cols = max(cols, width)
     rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
     warps = 4
@@ -162,14 +163,16 @@ def _row_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> 
 
 
 COLUMN_BLOCK = 256      # columns of a column plan's program at most
+COLUMN_STEP = 2         # a column plan's step of the row loop: this many heuristic tiles
 
 
 def _column_config(lowered: Lowered, rows_hint: int, cols_hint: int, tile: int) -> LaunchConfig:
     """A column plan's: COLS up to `COLUMN_BLOCK` columns (programs along the columns), ROWS
-    filling about `tile` elements of the accumulator per step of the row loop."""
+    filling about `COLUMN_STEP` tiles of the accumulator per step of the row loop (32 values
+    per thread at 4 warps: the loop's overhead spread over more loads in flight)."""
     width = lowered.max_width
     cols = max(min(triton.next_power_of_2(max(cols_hint, 1)), COLUMN_BLOCK), width)
-    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), tile // cols))
+    rows = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), COLUMN_STEP * tile // cols))
     warps = 4
     while warps > 1 and rows * cols < 32 * warps * width:
         warps //= 2

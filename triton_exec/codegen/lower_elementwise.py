@@ -23,13 +23,17 @@ from triton_exec.rules import register
 
 # Transcendental ops go through libdevice (`triton_exec.kernel_math`): `tl.exp`, `tl.sin`, ...
 # lower to approximate instructions, and formulas such as 2 / (1 + exp(-2x)) - 1 for tanh lose
-# all relative accuracy near 0. Square root and the division in sigmoid round correctly.
+# all relative accuracy near 0. Square root rounds correctly. Sigmoid and silu divide by eager's
+# 1 + exp(-x) (libdevice's exp) through the reciprocal instruction, 1 ulp (an IEEE division is
+# ~15 instructions and a slow-path call): with both sides scaled by 1/4 (exact), the reciprocal
+# of 1 + exp(-x) < 2^128 stays normal, and 1 / inf is 0 (x / inf = -0.0, as eager's).
+QUARTER_DENOMINATOR = "(1.0 + libdevice.exp({0} * -1.0)) * 0.25"
 UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
              "log": "libdevice.log({0})", "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})",
              "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
-             "sigmoid": "tl.div_rn(1.0, 1.0 + libdevice.exp(-{0}))",
+             "sigmoid": f"libdevice.rcp({QUARTER_DENOMINATOR}) * 0.25",
              "tanh": "libdevice.tanh({0})", "erf": "libdevice.erf({0})",
-             "silu": "tl.div_rn({0}, 1.0 + libdevice.exp(-{0}))",
+             "silu": f"{{0}} * libdevice.rcp({QUARTER_DENOMINATOR}) * 0.25",
              "relu": "tl.where({0} < 0, 0.0, {0})"}
 # gelu by its `approximate`, with eager's constants (sqrt(1/2); sqrt(2/pi) and 0.044715)
 GELU_SRC = {"none": "{0} * 0.5 * (1.0 + libdevice.erf({0} * 0.7071067811865476))",
@@ -126,7 +130,21 @@ def _binary(w, name: str, a: str, b, b_src: str) -> str:
                                                   and b.dtype.is_floating_point)
     nan = (f" | ({b_src} != {b_src})" if runtime_float
            else " | True" if isinstance(b, float) and math.isnan(b) else "")
+    if name == "div" and (reciprocal := _exact_reciprocal(b)) is not None:
+        return w.let("v", f"{a} * {reciprocal!r}")
     return w.let("v", BINARY_SRC[name].format(a, b_src, nan=nan))
+
+
+def _exact_reciprocal(b) -> float | None:
+    """1 / b for a number b that is a power of two whose reciprocal is a normal fp32 (a mean's
+    count of 4096): then a * (1 / b) is a / b, the same real number correctly rounded, for every
+    a (an IEEE division costs ~15 instructions and a slow-path call); None otherwise."""
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b == 0:
+        return None
+    mantissa, exponent = math.frexp(b)
+    if abs(mantissa) != 0.5 or not -126 <= 1 - exponent <= 127:
+        return None
+    return 1.0 / b
 
 
 def _pow(w, x: str, e, dtype) -> str:
