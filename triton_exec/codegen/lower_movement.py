@@ -8,6 +8,8 @@ imports `kernel_types` and `loads` from this package.
 """
 from __future__ import annotations
 
+import math
+
 from ir import prims
 from ir.proxies import same_shape, same_size
 from triton_exec import index, vectorize
@@ -45,10 +47,15 @@ def _pad(w, eqn, idx, mask, path):
         return w.constant_tile(pad_value, eqn.out.dtype)
     cond = w.mask_name(valid, "inside the unpadded input") if valid.atoms else None
     inner_value = w.value(t, new, mask & valid, path, "pad")
-    if cond is None:
-        return inner_value
+    if cond is None or (inner_value in w.loaded.values() and _plus_zero(pad_value)):
+        return inner_value      # a load masked by `cond` too: its `other=0` is the pad value
     return w.let("v", f"tl.where({cond}, {inner_value}, "
                       f"{w.value(pad_value, [], index.TRUE, path)})")
+
+
+def _plus_zero(x) -> bool:
+    """Whether a pad value is the `other=0` of a masked load, bit for bit (not -0.0)."""
+    return not isinstance(x, complex) and x == 0 and math.copysign(1.0, x) > 0
 
 
 def _cat(w, eqn, idx, mask, path):
