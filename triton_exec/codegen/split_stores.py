@@ -6,12 +6,13 @@ the store) and converts the tile between them through shared memory, which costs
 instructions than the whole copy (issue 29: 3.73 bytes per warp-instruction against 27.68 for
 an all-scalar kernel). Here the chunk's values are split in registers instead: `tl.reshape` and
 `tl.split` give the elements each thread loaded as P = V / S pieces of S (V: the loads' width,
-S: the store's), and each piece is stored as its own tile [G, ROWS, S] (G = the chunk's width
-over V): a store whose address varies along no dim faster than along the others is laid out by
-Triton with its first dim fastest (its coalescing sorts the dims by contiguity, ties in order),
-which puts the threads as the load's layout has them (along the chunk's vectors first, then
-the rows), so no layout conversion remains. Each store keeps the width the analysis proved, S.
-Imports nothing from this package.
+S: the store's), and each piece is stored flattened to one dim of rows and vectors ([ROWS * G,
+S], G = the chunk's width over V): row-major, that is the order in which the loads' layout gives
+the vectors to the threads (along the chunk first, then the rows), and Triton lays out a store of
+one dim of positions (and the S lanes of each within a thread) that way, whichever order it
+breaks ties of contiguity in (Triton 3.6 and 3.9 differ there), so no layout conversion remains.
+Each store keeps the width the analysis proved, S (the flattened offsets are multiples of S:
+`tl.multiple_of`). Imports nothing from this package.
 """
 from __future__ import annotations
 
@@ -43,14 +44,26 @@ def split_store_lines(w, ptr: str, rows_offset: str, start: int, chunk_width: in
             lines.append(f"{low}, {high} = tl.split({t})")
             halves.append((low, high))
         level = [h[0] for h in halves] + [h[1] for h in halves]
-    offsets = w.names.fresh("s")
-    lanes = f" + tl.arange(0, {width})[None, None, :]" if width > 1 else ""
-    lines.append(f"{offsets} = ({rows_offset})[None, :, :] + {load_width} * "
-                 f"tl.arange(0, {groups})[:, None, None]{lanes}  # [G, ROWS, S]")
-    row_mask = f", mask=({mask})[None, :, :]" if mask else ""
+    flat = f"ROWS * {groups}"
+    firsts = (f"tl.reshape({rows_offset} + {load_width} * tl.arange(0, {groups})[None, :], "
+              f"[{flat}])")
+    offsets, row_mask = w.names.fresh("s"), None
+    if width == 1:
+        lines.append(f"{offsets} = {firsts}  # each vector's first column, per row")
+    else:
+        lines.append(f"{offsets} = tl.multiple_of({firsts}, {width})[:, None] + "
+                     f"tl.arange(0, {width})[None, :]  # each vector's columns, per row")
+    if mask:
+        row_mask = w.names.fresh("s")
+        spread = (f"tl.reshape(tl.broadcast_to({mask}, [ROWS, {groups}]), [{flat}])"
+                  + ("" if width == 1 else "[:, None]"))
+        lines.append(f"{row_mask} = " + (spread if width == 1 else
+                                         f"tl.broadcast_to({spread}, [{flat}, {width}])"))
+    shape = f"[{flat}]" if width == 1 else f"[{flat}, {width}]"
     for p in range(pieces):
         store = (f"tl.store({ptr} + {offsets} + {start + p * width}, "
-                 f"tl.permute({level[p]}, (1, 0, 2)){row_mask})")
+                 f"tl.reshape({level[p]}, {shape})"
+                 + (f", mask={row_mask}" if row_mask else "") + ")")
         lines.append(store + (f"  # {comment}" if p == 0 else ""))
     return lines
 

@@ -115,7 +115,10 @@ def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Outpu
                      columns.start.gcd)
     ptr = w.output_pointer(o.number)
     comment = f"{out.name}, {width} per access"
-    start = index.add(store_cols, index.mul(columns.leaf, -1)) if columns.width else None
+    # the chunk's first column: its leaf's first value (`cols_16 = 16 + tl.arange(...)`) plus
+    # the shift of a chunk sharing another's leaf, or of one aligned to its loads
+    start = index.add(store_cols, index.mul(columns.leaf, -1), columns.leaf.lo or 0) \
+        if columns.width else None
     if (isinstance(start, index.Const) and width < load_width <= columns.width
             and not any("col_arange" in a.a.deps | a.b.deps for a in in_domain.atoms)):
         rows_offset = w.render.expr(index.mul(o.rows, extent), top=True)
