@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
+from triton_exec import launch
 from semantics import assert_bits_equal
 from test_copy_kernels import partition, reverse
 
@@ -154,3 +155,35 @@ def test_the_tf_same_pad_costs_less_than_the_hand_written_kernel(dtype):
     assert "4 warps" in ours.tile and hand.tile == ours.tile
     assert ours.cost.bytes_per_warp_instruction > hand.cost.bytes_per_warp_instruction, (
         ours.cost, hand.cost)
+
+
+@settings(max_examples=40)
+@given(widths=st.lists(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), min_size=2, max_size=5),
+       width=st.sampled_from([1, 2, 4, 8]), rows=st.sampled_from([4096, 100000]))
+def test_column_chunks_keep_four_warps_with_a_vector_each(widths, width, rows):
+    """The launch config of a kernel in column chunks (`launch._chunked_config`), with rows to
+    spare: each thread holds at least one vector of every chunk (a chunk narrower than the
+    vector: one of its own width; a 1-wide chunk's accesses are single elements whatever the
+    layout), within the tile's size, at 4 warps unless that size leaves too few rows for them.
+    A 1-wide chunk (TF 'same' padding's last column) made it 1 warp of 512 elements per
+    thread."""
+    from triton_exec.codegen.column_plan import Chunk
+
+    starts = [sum(widths[:k]) for k in range(len(widths))]
+
+    class FakeLowered:
+        max_width = width
+        chunks = tuple(Chunk(s, c, s + c) for s, c in zip(starts, widths))
+        loop = None
+        whole_rows = False
+        row_axis = None
+        column_rows = None
+    config = launch.heuristic_config(FakeLowered(), rows, sum(widths))
+    assert config.rows * config.cols <= launch.CHUNKED_TILE, config
+
+    def holds_a_vector(rows, warps):        # of every chunk but a 1-wide one (any layout)
+        return all(rows * c.width >= 32 * warps * min(c.width, width)
+                   for c in FakeLowered.chunks if c.width > 1)
+    assert holds_a_vector(config.rows, config.num_warps), config
+    # fewer warps only where the tile's size leaves too few rows for 4
+    assert config.num_warps == 4 or not holds_a_vector(launch.CHUNKED_TILE // config.cols, 4)
