@@ -27,12 +27,10 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     access's label)."""
     example = w.values.get(id(t))
     argument = example is not None       # the prologue can guard its layout
+    constant = not argument and all(known(s) for s in t.shape)
     if not argument:    # made by torch in this computation: the launcher makes it
         w.contiguous_inputs.append(t.name)       # contiguous, so its layout is known
-        constant = all(known(s) for s in t.shape)
         example = _contiguous_example(t if constant else w.originals.get(id(t), t))
-    else:
-        constant = False
     inner = t.ndim - 1
     original_dims = w.stride_dims.get(id(t), range(t.ndim))
     if argument:    # the kernel reads raw storage: a view with the negative bit must not come
@@ -43,7 +41,7 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     if halves is not None:
         return halves
     terms, outer_strides, outer_dims = [], [], []
-    unit = _unit_dim(w, t, example, argument, original_dims)
+    unit = _unit_dim(w, t, example, argument, original_dims)     # channels_last's channels
     for d, (i, s) in enumerate(zip(idx, t.shape)):
         if known(s) and s == 1:
             continue
@@ -69,10 +67,9 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         along_rows = w.row_axis and w.row_axis.gcd(idx[-1], index.add(*terms[:-1]), mask)
         if along_rows:      # contiguous along the rows of a transpose's tile
             inner_path, axis = Path(along_rows), "rows"
-    if unit is not None:
-        loaded = _along_unit_dim(w, t, example, idx, terms, unit, mask, original_dims, what)
-        if loaded is not None:
-            return loaded
+    if unit is not None and (loaded := _along_unit_dim(w, t, example, idx, terms, unit, mask,
+                                                        original_dims, what)) is not None:
+        return loaded
     dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
     if w.pairs is not None and t.ndim and inner_stride == 1:
         if index.coefficient(idx[-1], w.cols) == 2 and not is_constant(t.shape[-1], 1):
