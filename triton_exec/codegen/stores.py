@@ -120,7 +120,7 @@ def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Outpu
     start = index.add(store_cols, index.mul(columns.leaf, -1), columns.leaf.lo or 0) \
         if columns.width else None
     if (isinstance(start, index.Const) and width < load_width <= columns.width
-            and not any("col_arange" in a.a.deps | a.b.deps for a in in_domain.atoms)):
+            and all(_row_only(a) for a in in_domain.atoms)):
         rows_offset = w.render.expr(index.mul(o.rows, extent), top=True)
         lines = split_store_lines(w, ptr, rows_offset, start.value, columns.width, load_width,
                                   width, w.let("v", val), mask, comment)
@@ -134,6 +134,12 @@ def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Outpu
     w.accesses.append(Access("store", out.name, "output", width, len(w.accesses), line=store))
     w.itemsizes.append(out.dtype.itemsize)
     return lines
+
+
+def _row_only(atom) -> bool:
+    """Whether a mask atom varies along the rows only (it is a [ROWS, 1] tile)."""
+    deps = atom.a.deps | atom.b.deps
+    return "row_arange" in deps and "col_arange" not in deps
 
 
 def _block(w: KernelWriter, inside: index.Mask) -> str | None:
