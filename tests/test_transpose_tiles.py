@@ -63,8 +63,6 @@ def test_transposes_are_wide_on_both_sides(case, mode, contiguous, data):
     assert_bits_equal(got, want)
     for record in triton_exec.last_kernels(jfn):
         event(f"{record.direction}: row axis {record.lowered.row_axis is not None}")
-        if "full_cols" in record.source:    # pair tiling (an output ending in 2): not ours
-            continue
         for seen in check_widths(record):
             event(seen)
     forward = [r for r in triton_exec.last_kernels(jfn) if r.direction == "forward"]
@@ -136,3 +134,42 @@ def test_a_broadcast_scale_does_not_make_a_2d_tile():
     (record,) = triton_exec.last_kernels(jfn)
     assert record.lowered.row_axis is None
     assert record.vector_width == record.analysis_width
+
+
+CHANNELS_LAST = {
+    "contiguous copy": lambda x, s, w: (x * 2 + 1).contiguous(),
+    "plus an NCHW operand": lambda x, s, w: x * 2 + s,
+    "scaled per channel": lambda x, s, w: x * w[:, None, None] + s,
+    "NHWC view": lambda x, s, w: x.permute(0, 2, 3, 1) * 2,
+}
+
+
+@settings(max_examples=EXAMPLES)
+@given(name=st.sampled_from(sorted(CHANNELS_LAST)), dtype=st.sampled_from([torch.float32,
+                                                                            torch.bfloat16]),
+       shape=st.tuples(st.integers(1, 2), st.sampled_from([8, 16, 32]), st.sampled_from([2, 4, 8]),
+                       st.sampled_from([8, 16])),
+       mode=st.sampled_from(MODES))
+def test_channels_last_inputs_get_the_2d_tile(name, dtype, shape, mode):
+    """A channels_last NCHW input is contiguous along the channels, an outer dim of an NCHW
+    output: ROWS walk the channels (`row_axis` 1), its loads are 16 bytes along the rows and the
+    stores along the columns, each width stated (`Access.axis`) and compiled as stated; read
+    as NHWC (a permuted view that is contiguous) the columns walk the channels. It had no row
+    axis: the analysis said 1 and Triton widened the loads on its own."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g).to(dtype).contiguous(memory_format=torch.channels_last)
+    s = torch.randn(shape, generator=g).to(dtype)
+    w = torch.randn(shape[1], generator=g).to(dtype)
+    fn = CHANNELS_LAST[name]
+    note(f"{name} {shape} {dtype} {mode}")
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
+    assert_bits_equal(jfn(x, s, w).contiguous(), fn(x, s, w).contiguous())
+    (record,) = triton_exec.last_kernels(jfn)
+    assert record.vector_width == record.analysis_width, record.source
+    (load,) = [a for a in record.lowered.accesses if a.tensor == "x"]
+    assert load.width * x.element_size() == 16, (load, record.source)
+    assert load.axis == ("cols" if name == "NHWC view" else "rows")
+    if name != "NHWC view":
+        assert record.lowered.row_axis == 1, record.source
+    widths = record.access_widths(arch=90)
+    assert set(widths["st"]) == {16}, widths

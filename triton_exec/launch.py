@@ -184,17 +184,22 @@ CHUNKED_TILE = 16384        # elements of a program's tile at most, computed in 
 
 def _chunked_config(lowered: Lowered, rows_hint: int, cols_hint: int, width: int) -> LaunchConfig:
     """A kernel computed in column chunks covers the columns with one block (COLS >= the
-    extent), and takes enough rows that each thread holds two vectors of its narrowest chunk,
+    extent), and takes enough rows that each thread holds two vectors of the chunk with the
+    fewest per row (a chunk narrower than the vector: one of its own width; a chunk 1 wide, a
+    TF 'same' pad's last column, is left out: its accesses are single elements in any layout),
     with fewer warps where the rows (or the tile's size) run out."""
     cols = triton.next_power_of_2(max(cols_hint, 1))
-    narrowest = min(c.width for c in lowered.chunks)
+    per_row = min((max(1, c.width // width) for c in lowered.chunks if c.width > 1),
+                  default=1)
     most = max(1, min(triton.next_power_of_2(max(rows_hint, 1)), CHUNKED_TILE // cols))
     warps = 4
 
-    def rows_for(vectors):      # rows giving each thread `vectors` vectors of the narrowest chunk
-        return triton.next_power_of_2(-(-vectors * 32 * warps * width // narrowest))
+    def rows_for(vectors):      # rows giving each thread `vectors` vectors of that chunk
+        return triton.next_power_of_2(-(-vectors * 32 * warps // per_row))
     rows = min(rows_for(2), most)
-    while warps > 1 and rows * narrowest < 2 * 32 * warps * width:
+    # where the tile's size, not the rows, stops short of two vectors: one each, at 4 warps
+    least = 1 if most < triton.next_power_of_2(max(rows_hint, 1)) else 2
+    while warps > 1 and rows * per_row < least * 32 * warps:
         warps //= 2
     # at least one vector per thread, even past the rows there are (masked off): Triton would
     # not vectorize a tile whose threads hold less; within the tile's size

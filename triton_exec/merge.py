@@ -8,7 +8,10 @@ P = the product of the inner extents, and every resize boundary on dim k scaled 
 analysis then sees the merged ("projected") extent, as the reference implementation does.
 
 Example: `F.pad(x, (0, 0, 4, 4))` of x [1024, 1024, 2] becomes a pad (8, 8) of x viewed as
-[1024, 2048], whose fp32 loads can be 16-byte.
+[1024, 2048], whose fp32 loads can be 16-byte. Trailing dims of size 1 merge into the dim before
+them whatever its size (a runtime one too) and the strides: a group whose output ends in 1 tiles
+the dim before as its columns (it tiled the 1, and Triton vectorized the stores along the rows,
+which the analysis did not state).
 """
 from __future__ import annotations
 
@@ -36,10 +39,16 @@ def _constant(shape, dims) -> bool:
     return all(not isinstance(shape[d], IntProxy) for d in dims)
 
 
+def _squeezes(shape, k) -> bool:
+    """Whether the dims after k are all 1: merging them into dim k drops them, whatever dim k's
+    size (a runtime one too) and the strides (a dim of size 1 is never indexed)."""
+    return all(not isinstance(s, IntProxy) and s == 1 for s in shape[k + 1:])
+
+
 def _eqn_allows(eqn, k) -> bool:
     tensors = [v for v in (*eqn.input_vars(), *eqn.outs) if isinstance(v, TensorProxy)]
     r = len(eqn.outs[0].shape)
-    if not all(_constant(t.shape, range(k, r)) for t in tensors):
+    if not all(_constant(t.shape, range(k, r)) or _squeezes(t.shape, k) for t in tensors):
         return False
     merges = rule_of(eqn).merges
     return merges is None or merges(eqn, k)
@@ -54,7 +63,7 @@ def _composed_dims(shape, k):
 
 
 def _input_allows(example, k) -> bool:
-    return all(example.stride(d) == example.stride(-1) * inner
+    return _squeezes(example.shape, k) or all(example.stride(d) == example.stride(-1) * inner
                for d, inner in _composed_dims(example.shape, k))
 
 
@@ -75,6 +84,7 @@ def merge_inner_dims(eqns, outputs, inputs, values) -> Merged | None:
 
 def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
     r = len(outputs[0].shape)
+    squeeze = _squeezes(outputs[0].shape, k)    # dim k keeps its size and its strides
     inner = math.prod(outputs[0].shape[k + 1:])
     proxies: dict[int, TensorProxy] = {}
 
@@ -82,7 +92,7 @@ def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
         if not isinstance(t, TensorProxy):
             return t
         if id(t) not in proxies:
-            shape = tuple(t.shape[:k]) + (t.shape[k] * inner,)
+            shape = tuple(t.shape[:k]) + (t.shape[k] if squeeze else t.shape[k] * inner,)
             proxies[id(t)] = TensorProxy(t.name, shape, t.dtype, t.device, t.requires_grad)
         return proxies[id(t)]
 
@@ -96,11 +106,12 @@ def _rewrite(eqns, outputs, inputs, values, k) -> Merged:
     merged_values, stride_dims, originals, contiguity = {}, {}, {}, []
     for t in inputs:
         m = merged(t)
-        stride_dims[id(m)] = list(range(k)) + [r - 1]
+        stride_dims[id(m)] = list(range(k)) + [k if squeeze else r - 1]
         originals[id(m)] = t
         if id(t) in values:     # an argument; torch-made inputs arrive contiguous
-            example = merged_values[id(m)] = values[id(t)]
-            contiguity += [(t, (d, r - 1, inner)) for d, inner in _composed_dims(t.shape, k)]
+            merged_values[id(m)] = values[id(t)]
+            if not squeeze:
+                contiguity += [(t, (d, r - 1, p)) for d, p in _composed_dims(t.shape, k)]
     return Merged(new_eqns, [merged(o) for o in outputs], merged_values, stride_dims, originals,
                   contiguity, k)
 

@@ -176,7 +176,8 @@ def _chunked_values(group: Group, tile: Tile, w: KernelWriter, chunks, share: bo
         # loads of a chunk of aligned input rows stay wide where the output's rows (of 17) make
         # the stores narrow (their width is the output's, `values_and_stores`)
         start = Path().through(chunk.start, chunk.width, *((chunk.stop,) if chunk.masked else ()))
-        passes.append(Columns(cols, in_chunk, start, w.cols, w.shape, comment))
+        passes.append(Columns(cols, in_chunk, start, w.cols, w.shape, comment,
+                              None if chunk.masked else chunk.width))
         body.extend(values_and_stores(group, tile, w, passes[-1], outputs))
     return passes
 

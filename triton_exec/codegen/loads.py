@@ -27,12 +27,10 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     access's label)."""
     example = w.values.get(id(t))
     argument = example is not None       # the prologue can guard its layout
+    constant = not argument and all(known(s) for s in t.shape)
     if not argument:    # made by torch in this computation: read as contiguous (the launcher
         w.contiguous_inputs.append(t.name)       # checks; `triton_exec.strided` otherwise)
-        constant = all(known(s) for s in t.shape)
         example = _contiguous_example(t if constant else w.originals.get(id(t), t))
-    else:
-        constant = False
     inner = t.ndim - 1
     original_dims = w.stride_dims.get(id(t), range(t.ndim))
     if argument:    # the kernel reads raw storage: a view with the negative bit must not come
@@ -43,11 +41,12 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
     if halves is not None:
         return halves
     terms, outer_strides, outer_dims = [], [], []
+    unit = _unit_dim(w, t, example, argument, original_dims)     # channels_last's channels
     for d, (i, s) in enumerate(zip(idx, t.shape)):
         if known(s) and s == 1:
             continue
         od = d if constant else original_dims[d]
-        if d == inner and example.stride(od) == 1:
+        if (d == inner and example.stride(od) == 1) or d == unit:
             if argument:
                 w.guards.append(("stride_eq", t, (od, 1)))
             terms.append(i)
@@ -68,6 +67,9 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         along_rows = w.row_axis and w.row_axis.gcd(idx[-1], index.add(*terms[:-1]), mask)
         if along_rows:      # contiguous along the rows of a transpose's tile
             inner_path, axis = Path(along_rows), "rows"
+    if unit is not None and (loaded := _along_unit_dim(w, t, example, idx, terms, unit, mask,
+                                                        original_dims, what)) is not None:
+        return loaded
     dims = (original_dims[inner] if t.ndim else 0, outer_dims) if argument else None
     if w.pairs is not None and t.ndim and inner_stride == 1:
         if index.coefficient(idx[-1], w.cols) == 2 and not is_constant(t.shape[-1], 1):
@@ -79,6 +81,41 @@ def load(w, t: TensorProxy, idx, mask, path: Path, what: str) -> str:
         inner_path = Path(w.pairs.gcd(idx[-1], mask, w.cols)) if walks else path.broken()
     return _emit_load(w, t, example, index.add(*terms), mask, inner_path, what, inner_stride,
                       outer_strides, dims, axis=axis)
+
+
+def _unit_dim(w, t, example, argument: bool, original_dims) -> int | None:
+    """The outer dim of argument t whose stride is 1 where its innermost's is not (a
+    channels_last NCHW tensor: the channels), read as a bare index (its stride guarded) so that
+    a transpose's tile can walk it along the rows; None otherwise."""
+    if not (argument and w.vectorize and t.ndim >= 2) or is_constant(t.shape[-1], 1) or (
+            example.stride(original_dims[-1]) == 1):
+        return None
+    return next((d for d in range(t.ndim - 1) if not is_constant(t.shape[d], 1)
+                 and example.stride(original_dims[d]) == 1), None)
+
+
+def _along_unit_dim(w, t, example, idx, terms, unit, mask, original_dims, what):
+    """The load of t along its stride-1 outer dim `unit` (`_unit_dim`): where the columns walk
+    that dim, as wide as its index and mask show Triton; else a candidate for the rows of a
+    transpose's tile (`w.across`), and there, as wide along the rows as that dim's index,
+    extent, strides and masks allow (`RowAxis.gcd`); None where it is neither."""
+    indexed = [d for d in range(t.ndim) if not is_constant(t.shape[d], 1)]    # one term each
+    if index.coefficient(idx[unit], w.cols) == 1:   # the columns walk it (a permuted view that
+        # is contiguous: NHWC of channels_last): the width read from the index, as Triton does
+        inner_path = Path(min(index.aligned_run(idx[unit], mask, w.cols), vectorize.DIVISOR_CAP))
+        axis = "cols"
+    else:
+        w.across.append((idx[unit], example.element_size() * example.numel()))
+        rest = index.add(*(x for d, x in zip(indexed, terms) if d != unit))
+        along_rows = w.row_axis and w.row_axis.gcd(idx[unit], rest, mask)
+        if not along_rows:
+            return None
+        inner_path, axis = Path(along_rows), "rows"
+    others = [d for d in indexed if d != unit]
+    return _emit_load(w, t, example, index.add(*terms), mask, inner_path, what, 1,
+                      [example.stride(original_dims[d]) for d in others],
+                      (original_dims[unit], [original_dims[d] for d in others]),
+                      inner_extent=t.shape[unit], axis=axis)
 
 
 def _offsets_fit_int32(w, t, example, argument: bool) -> bool:

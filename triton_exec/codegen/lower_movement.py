@@ -8,6 +8,8 @@ imports `kernel_types` and `loads` from this package.
 """
 from __future__ import annotations
 
+import math
+
 from ir import prims
 from ir.proxies import same_shape, same_size
 from triton_exec import index, vectorize
@@ -45,10 +47,16 @@ def _pad(w, eqn, idx, mask, path):
         return w.constant_tile(pad_value, eqn.out.dtype)
     cond = w.mask_name(valid, "inside the unpadded input") if valid.atoms else None
     inner_value = w.value(t, new, mask & valid, path, "pad")
-    if cond is None:
-        return inner_value
+    if cond is None or (inner_value in w.loaded.values() and _plus_zero(pad_value)):
+        return inner_value      # a load masked by `cond` too: its `other=0` is the pad value
     return w.let("v", f"tl.where({cond}, {inner_value}, "
                       f"{w.value(pad_value, [], index.TRUE, path)})")
+
+
+def _plus_zero(x) -> bool:
+    """Whether a pad value is the `other=0` of a masked load, bit for bit (not -0.0; a runtime
+    number is not known to be)."""
+    return isinstance(x, (int, float)) and x == 0 and math.copysign(1.0, x) > 0
 
 
 def _cat(w, eqn, idx, mask, path):
@@ -242,29 +250,39 @@ def _copy(w, eqn, idx, mask, path):
 
 # ---- each prim's part in the inner-dim merge (`triton_exec.merge`) ---------------------------
 
+def _squeezed(eqn, k) -> bool:
+    """Whether the merge at dim k only drops trailing dims of size 1 (`triton_exec.merge`):
+    dim k's bounds need not be constants then (nothing scales them)."""
+    return all(is_constant(s, 1) for s in eqn.out.shape[k + 1:])
+
+
+def _scaled(x, inner):
+    return x if inner == 1 else x * inner
+
+
 def _slice_merges(eqn, k) -> bool:
     t, starts, stops, steps = eqn.args
     r = t.ndim
-    return (steps[k] == 1 and known(starts[k]) and known(stops[k])
+    return (steps[k] == 1 and (_squeezed(eqn, k) or known(starts[k]) and known(stops[k]))
             and all(is_constant(starts[d], 0) and same_size(stops[d], t.shape[d])
                     and steps[d] == 1 for d in range(k + 1, r)))
 
 
 def _slice_merged(eqn, args, params, k, inner):
     t, starts, stops, _ = args
-    return (t, starts[:k] + (starts[k] * inner,), stops[:k] + (stops[k] * inner,),
+    return (t, starts[:k] + (_scaled(starts[k], inner),), stops[:k] + (_scaled(stops[k], inner),),
             eqn.args[3][:k + 1]), params
 
 
 def _pad_merges(eqn, k) -> bool:
     config = eqn.args[1]
-    return known(config[k][0]) and known(config[k][1]) and all(
+    return (_squeezed(eqn, k) or known(config[k][0]) and known(config[k][1])) and all(
         is_constant(lo, 0) and is_constant(hi, 0) for lo, hi in config[k + 1:])
 
 
 def _pad_merged(eqn, args, params, k, inner):
     config = args[1]
-    return (args[0], config[:k] + ((config[k][0] * inner, config[k][1] * inner),)), params
+    return (args[0], config[:k] + ((_scaled(config[k][0], inner), _scaled(config[k][1], inner)),)), params
 
 
 def _broadcast_merges(eqn, k) -> bool:

@@ -1,6 +1,7 @@
 """The outputs' values at a tile's columns and their stores at a vector width (under pair tiling,
 each output's two elements per lane interleaved in registers and stored on the full tile).
-Imports `kernel_types`, `lowered`, `analysis`, `tile_plan` and `writer` from this package.
+Imports `kernel_types`, `lowered`, `analysis`, `split_stores`, `tile_plan` and `writer` from this
+package.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from triton_exec import index, vectorize
 from triton_exec.codegen.analysis import Group
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lowered import Access
+from triton_exec.codegen.split_stores import split_store_lines
 from triton_exec.codegen.tile_plan import Tile
 from triton_exec.codegen.writer import KernelWriter
 from triton_exec.vectorize import Path
@@ -40,6 +42,7 @@ class Columns:
     leaf: object = None         # the column leaf the writer reads (`KernelWriter.cols`)
     shape: str = "[ROWS, COLS]"
     comment: str = ""
+    width: int | None = None    # an unmasked column chunk's width (`split_stores`)
 
 
 def outputs_of(group: Group, tile: Tile, w: KernelWriter) -> list[Output]:
@@ -58,7 +61,7 @@ def values_and_stores(group: Group, tile: Tile, w: KernelWriter, columns: Column
     """The values of these outputs (none computed in a block) at `columns` and their store
     lines; under pair tiling, each output's two elements per lane interleaved and stored on the
     full tile. An output smaller than the domain is masked to its own lanes."""
-    return [_store(group, tile, w, columns, o, o.inside) for o in outputs]
+    return [line for o in outputs for line in _store(group, tile, w, columns, o, o.inside)]
 
 
 def blocks(group: Group, tile: Tile, w: KernelWriter, passes: list[Columns],
@@ -72,14 +75,15 @@ def blocks(group: Group, tile: Tile, w: KernelWriter, passes: list[Columns],
             if columns.comment:
                 w.lines.append(columns.comment)
             w.cols, w.shape = columns.leaf, columns.shape
-            w.lines.append(_store(group, tile, w, columns, o, index.TRUE))
+            w.lines.extend(_store(group, tile, w, columns, o, index.TRUE))
         w.lines[first:] = [o.block] + ["    " + line for line in w.lines[first:]]
         w.restore(kept)
 
 
 def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Output,
-           inside: index.Mask) -> str:
-    """Output `o`'s values at `columns` (masked to `inside` too) and its store line."""
+           inside: index.Mask) -> list[str]:
+    """Output `o`'s values at `columns` (masked to `inside` too) and its store lines: one, or
+    in a column chunk whose loads are wider than the store, the pieces of `split_stores`."""
     pairs, store_cols, extent = tile.pairs, columns.cols, tile.cols_extent
     in_domain = columns.in_domain & inside
     points = [tile.outer + [columns.cols]] if pairs is None else tile.points
@@ -90,8 +94,10 @@ def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Outpu
         mask = w.mask_name(full_domain & inside, "the full tile inside the domain", full=True)
         store_cols, extent = pairs.full_cols, pairs.full_extent
     out = o.proxy
+    loads_from = len(w.accesses)
     values = [w.value(out, point if out.shape else [], in_domain, columns.start)
               for point in points]
+    load_width = max((a.width for a in w.accesses[loads_from:] if a.kind == "load"), default=1)
     if pairs is None:
         val = values[0]
         held = w.narrow_tiles.get(val)
@@ -108,12 +114,32 @@ def _store(group: Group, tile: Tile, w: KernelWriter, columns: Columns, o: Outpu
     width = math.gcd(vectorize.store_width(out.dtype.itemsize, inner_extent, w.vectorize),
                      columns.start.gcd)
     ptr = w.output_pointer(o.number)
-    offset = w.tile_shaped(index.add(index.mul(o.rows, extent), store_cols), pairs is not None)
-    store = (f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
-             f"{val}" + (f", mask={mask}" if mask else "") + f")  # {out.name}, {width} per access")
+    comment = f"{out.name}, {width} per access"
+    # the chunk's first column: its leaf's first value (`cols_16 = 16 + tl.arange(...)`) plus
+    # the shift of a chunk sharing another's leaf, or of one aligned to its loads
+    start = index.add(store_cols, index.mul(columns.leaf, -1), columns.leaf.lo or 0) \
+        if columns.width else None
+    if (isinstance(start, index.Const) and width < load_width <= columns.width
+            and all(_row_only(a) for a in in_domain.atoms)):
+        rows_offset = w.render.expr(index.mul(o.rows, extent), top=True)
+        lines = split_store_lines(w, ptr, rows_offset, start.value, columns.width, load_width,
+                                  width, w.let("v", val), mask, comment)
+        store = next(line for line in lines if line.endswith(comment))
+    else:
+        offset = w.tile_shaped(index.add(index.mul(o.rows, extent), store_cols),
+                               pairs is not None)
+        store = (f"tl.store({ptr} + {w.render.expr(offset, top=True)}, "
+                 f"{val}" + (f", mask={mask}" if mask else "") + f")  # {comment}")
+        lines = [store]
     w.accesses.append(Access("store", out.name, "output", width, len(w.accesses), line=store))
     w.itemsizes.append(out.dtype.itemsize)
-    return store
+    return lines
+
+
+def _row_only(atom) -> bool:
+    """Whether a mask atom varies along the rows only (it is a [ROWS, 1] tile)."""
+    deps = atom.a.deps | atom.b.deps
+    return "row_arange" in deps and "col_arange" not in deps
 
 
 def _block(w: KernelWriter, inside: index.Mask) -> str | None:
