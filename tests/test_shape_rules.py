@@ -218,7 +218,9 @@ def test_drop_path_draws_what_eager_draws_at_every_size(draw):
         return x * mask / 0.75
 
     jfn = ir.jit(f, executors=["triton"], cache=SYMBOLIC)
-    for shape in [(2, 16, 8), (3, 16, 8), (5, 24, 8)]:
+    # an odd batch first: the mask's kernel stores [batch] (its trailing 1s merged), and a runtime
+    # innermost extent is guarded by the power of two dividing it (README "Cache modes")
+    for shape in [(3, 16, 8), (2, 16, 8), (5, 24, 8)]:
         x = torch.randn(shape)
         torch.manual_seed(3)
         got = jfn(x)

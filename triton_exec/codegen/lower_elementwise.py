@@ -218,7 +218,8 @@ def _arange_refusal(eqn):
 
 def _full_merged(eqn, args, params, k, inner):
     shape = eqn.outs[0].shape   # its sizes as guards left them (the merged ones constants)
-    return (tuple(shape[:k]) + (shape[k] * inner,),), params
+    kept = shape[k] if inner == 1 else shape[k] * inner     # trailing 1s dropped: any size
+    return (tuple(shape[:k]) + (kept,),), params
 
 
 def _pow_refusal(eqn):
