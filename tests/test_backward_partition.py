@@ -7,8 +7,10 @@ as general rules checked on random programs against eager, values and gradients:
   own (`triton_exec.recompute`), else stored by one kernel;
 - independent groups reading the same inputs are one launch even where a vector-Jacobian
   product of the backward sits between them (SiLU's backward, split by the up projection's
-  gradient: `ir.passes.repeatable`);
-- the decoder layer of `perf/decoder_layer.py`: backward in 8 Triton kernels (11 before).
+  gradient: `ir.passes.repeatable`); groups with reductions over the same dims too (a layer
+  norm's weight and bias gradients, GQA's sums over the repeats of k's and v's gradients:
+  `triton_exec.row_groups.mergeable`);
+- the decoder layer of `perf/decoder_layer.py`: backward in 7 Triton kernels (11 before).
 """
 import importlib.util
 from pathlib import Path
@@ -50,12 +52,12 @@ def check_values_and_grads(fn, jfn, args, dtype):
 
 # ---- a value read by reduction groups of different kinds ---------------------------------
 
-READERS = {
-    "row sum": lambda s, y: (s * y).sum(-1),
-    "row amax": lambda s, y: (s * y).amax(-1),
-    "column sum": lambda s, y: (s * y).sum(0),
-    "column mean": lambda s, y: (s - y).mean(0),
-}
+READERS = {       # name -> (the reader, the dims it reduces)
+    "row sum": (lambda s, y: (s * y).sum(-1), "row"),
+    "row amax": (lambda s, y: (s + y).amax(-1), "row"),
+    "column sum": (lambda s, y: (s - y).sum(0), "column"),
+    "column mean": (lambda s, y: torch.maximum(s, y).mean(0), "column"),
+}       # each reads s through an op of its own: s is the one value they share
 
 
 def reads_per_write(n: int) -> int:
@@ -67,32 +69,34 @@ def reads_per_write(n: int) -> int:
 def shared_by(n: int, readers: list):
     def fn(y, *summands):
         s = summands[0] * 2 if n == 1 else sum(summands[1:], summands[0])
-        return tuple(READERS[r](s, y) for r in readers)
+        return tuple(READERS[r][0](s, y) for r in readers)
     return fn
 
 
 @settings(max_examples=6)
-@example(n=2, readers=["column sum", "row sum"], rows=5, cols=16, dtype=torch.float32)
+@example(n=2, readers=["column sum", "row sum"], rows=5, cols=16, dtype=torch.float32,
+         mode="constant values")
 @example(n=4, readers=["column mean", "row amax", "row sum"], rows=3, cols=4,
-         dtype=torch.bfloat16)
+         dtype=torch.bfloat16, mode="symbolic values")
 @given(n=st.integers(1, 4), readers=st.lists(st.sampled_from(sorted(READERS)), min_size=2,
                                               max_size=3, unique=True),
        rows=st.integers(1, 9), cols=st.sampled_from([4, 16, 24]),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       mode=st.sampled_from(["constant values", "symbolic values"]))
 def test_a_value_read_by_reduction_groups_is_recomputed_where_it_pays(n, readers, rows, cols,
-                                                                      dtype):
-    note(f"{n} summands read by {readers}, [{rows}, {cols}] {dtype}")
+                                                                      dtype, mode):
+    note(f"{n} summands read by {readers}, [{rows}, {cols}] {dtype}, {mode}")
     fn = shared_by(n, readers)
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(rows, cols, generator=g).to(dtype) for _ in range(n + 1)]
-    jfn = ir.jit(fn, executors=["triton"])
+    jfn = ir.jit(fn, executors=["triton"], cache=mode)
     check_values_and_grads(fn, jfn, args, dtype)
-    # one kernel per reader (reductions of different kinds or roots are groups apart), and one
-    # more for the shared value only where k readers reading its inputs would read more than
-    # a kernel writing it once: (k - 1) R > (k + 1) W
+    # one kernel per kind of reduction (the readers reducing the same dims are one launch, the
+    # others groups apart), and one more for the shared value only where the k readers reading
+    # its inputs would read more than a kernel writing it once: (k - 1) R > (k + 1) W
     k = len(readers)
     stored = (k - 1) * reads_per_write(n) > k + 1
-    assert len(kernels(jfn, "forward")) == k + stored
+    assert len(kernels(jfn, "forward")) == len({READERS[r][1] for r in readers}) + stored
 
 
 # ---- a norm's backward reading an accumulated gradient; an activation split by a vjp -------
@@ -142,18 +146,17 @@ def test_a_norm_and_gated_activation_backward_fuses_across_vjps(norm, act, proje
     jfn = ir.jit(fn, executors=["triton"])
     check_values_and_grads(fn, jfn, args, torch.float32)
     assert ir.last_entry(jfn).extra["backward"].startswith("one for the whole trace")
-    # the activation's backward: one kernel (its parts around the vjps merged); the norm's: a
-    # column sum per weight and the input gradient's row reduction, each recomputing the
-    # accumulated gradient unless storing it moves fewer bytes
-    column_sums = NORMS[norm][1]
-    readers = column_sums + 1
+    # the activation's backward: one kernel (its parts around the vjps merged); the norm's: the
+    # column sums of its weights' gradients (one kernel) and the input gradient's row
+    # reduction, each recomputing the accumulated gradient unless storing it moves fewer bytes
+    readers = NORMS[norm][1] + 1
     stored = (readers - 1) * projections > readers + 1
-    assert len(kernels(jfn, "backward")) == 1 + column_sums + 1 + stored
+    assert len(kernels(jfn, "backward")) == 3 + stored
 
 
 # ---- the decoder layer ----------------------------------------------------------------------
 
-def test_the_decoder_layer_backward_is_at_most_8_kernels():
+def test_the_decoder_layer_backward_is_at_most_7_kernels():
     spec = importlib.util.spec_from_file_location("perf_decoder_layer",
                                                   ROOT / "perf" / "decoder_layer.py")
     module = importlib.util.module_from_spec(spec)
@@ -170,4 +173,4 @@ def test_the_decoder_layer_backward_is_at_most_8_kernels():
     for a, b in zip(torch.autograd.grad(out, [leaf] + params, g),
                     torch.autograd.grad(expected, [x] + params, g)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert len(kernels(jlayer, "backward")) <= 8
+    assert len(kernels(jlayer, "backward")) <= 7

@@ -83,12 +83,14 @@ def merge_siblings(trace, groups) -> list[list[int]]:
 
 
 def _joins(trace, before, roots, members, g) -> bool:
-    if not (row_groups.mergeable(trace, g) and row_groups.mergeable(trace, members)):
+    if not row_groups.mergeable(trace, members, g):
         return False
     b_root = g[-1]
     shapes = [trace.eqns[r].out.shape for r in roots]
     b_shape = trace.eqns[b_root].out.shape
-    if not all(nested(a, b_shape) for a in shapes):
+    # groups with reductions: their shared reduced dims are the kernel's domain, each root of
+    # the kept (or row) shape (`row_groups`)
+    if not row_groups.reduction_splits(trace, g) and not all(nested(a, b_shape) for a in shapes):
         return False
     if not all(_related(a, b_shape) for a in shapes) and not _reads_shared(trace, members, g):
         return False
