@@ -15,6 +15,7 @@ as general rules checked on random programs against eager, values and gradients:
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import example, given, note, settings
@@ -174,3 +175,20 @@ def test_the_decoder_layer_backward_is_at_most_7_kernels():
                     torch.autograd.grad(expected, [x] + params, g)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert len(kernels(jlayer, "backward")) <= 7
+
+
+@pytest.mark.parametrize("between", ["matmul", "view"])
+def test_unrelated_groups_merge_only_where_nothing_waits(between):
+    """Two independent groups reading no input in common are one launch only where nothing but
+    free work (a view) runs between them: across a matmul, the earlier group's launch would
+    wait, holding its inputs (a model's backward would hold every layer's)."""
+    def fn(x, y, w):
+        a = torch.sin(x) * 2
+        m = a @ w if between == "matmul" else a.mT
+        return m, torch.cos(y) * 3
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g),
+            torch.randn(8, 8, generator=g)]
+    jfn = ir.jit(fn, executors=["triton"])
+    check_values_and_grads(fn, jfn, args, torch.float32)
+    assert len(kernels(jfn, "forward")) == (2 if between == "matmul" else 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ir.passes import repeatable
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
 from triton_exec import row_groups
+from triton_exec.rules import rule_of
 
 
 def nested(a, b) -> bool:
@@ -67,8 +68,10 @@ def ancestors(trace) -> list[set]:
 def merge_siblings(trace, groups) -> list[list[int]]:
     """Merges independent groups whose outputs nest into one kernel with several outputs.
     Group A joins a later group B when nothing in either depends on the other's outputs, their
-    roots' shapes nest with every root already merged, and what reads A's outputs before B's
-    root may move after it (see the module's docstring)."""
+    roots' shapes nest with every root already merged (or all their reductions reduce the same
+    dims), what reads A's outputs before B's root may move after it (see the module's
+    docstring), and A's launch waiting for B's holds no memory for nothing: they read an input
+    in common, or only free work (views, host work) runs between them."""
     before = ancestors(trace)
     merged: list[tuple[set, list[int]]] = []      # (roots, members)
     for g in groups:
@@ -103,9 +106,21 @@ def _joins(trace, before, roots, members, g) -> bool:
             or any(j in before[m] for j in b_only for m in a_only)):
         return False
     # what reads the merged outputs before B's root moves after it
-    moved = [j for j in range(min(a_only, default=b_root), b_root)
-             if j not in g and j not in members and any(m in before[j] for m in a_only)]
-    return all(repeatable(trace.eqns[j]) for j in moved)
+    between = [j for j in range(min(a_only, default=b_root), b_root)
+               if j not in g and j not in members]
+    moved = [j for j in between if any(m in before[j] for m in a_only)]
+    if not all(repeatable(trace.eqns[j]) for j in moved):
+        return False
+    # A's launch waits for B's: worth the memory its inputs hold meanwhile where B reads one of
+    # them too, or where nothing but free work runs between them (else a model's backward would
+    # keep every layer's norm gradient inputs until its last layer's)
+    return _reads_shared(trace, members, g) or all(_free(trace.eqns[j]) for j in between)
+
+
+def _free(eqn) -> bool:
+    """Host work or a view: no kernel, no memory."""
+    rule = rule_of(eqn)
+    return eqn.prim.kind == "host" or (rule is not None and rule.view)
 
 
 def schedule(eqns) -> list:
