@@ -9,7 +9,8 @@ and for k = 2 up to R = 3W: a gradient accumulation `a + b` (or `a + b + c`) tha
 weight gradient (a column sum) and its input gradient (a row reduction) both read is added in
 both kernels. R counts what the readers load to recompute the value: through the elementwise
 ops only it reads, which join the same kernels, to their inputs, and through views to the
-bytes they view (a broadcast row read once per row, not per element).
+bytes they view (a broadcast row read once per row, not per element); those must be stored
+whatever the partition (the gradients the vjps return, inputs).
 """
 from __future__ import annotations
 
@@ -24,25 +25,29 @@ def _bytes(t) -> int:
     return math.prod(vectorize.hint_of(s) for s in t.shape) * t.dtype.itemsize
 
 
-def read_bytes(eqn, producers: dict, consumers: dict, escaping: set, fusible) -> int:
-    """Bytes a kernel loads to compute `eqn`'s outputs from the values stored before it (see
-    the module's docstring)."""
-    total = 0
+def _leaves(eqn, producers: dict, consumers: dict, escaping: set, fusible) -> list:
+    """The stored tensors a kernel loads to compute `eqn`'s outputs (see the module's
+    docstring), with repeats."""
+    found = []
     for v in eqn.input_vars():
         if not isinstance(v, TensorProxy):
             continue
         p = producers.get(id(v))
         inlined = p is not None and fusible(p) and not row_groups.reduces(p) and (
             rule_of(p).view or (id(v) not in escaping and len(consumers.get(id(v), ())) == 1))
-        total += read_bytes(p, producers, consumers, escaping, fusible) if inlined else _bytes(v)
-    return total
+        found += _leaves(p, producers, consumers, escaping, fusible) if inlined else [v]
+    return found
 
 
 def pays(eqn, readers: int, producers: dict, consumers: dict, escaping: set, fusible) -> bool:
     """Whether recomputing `eqn` in each of `readers` groups moves no more bytes than a kernel
-    of its own (see the module's docstring)."""
+    of its own (see the module's docstring). Only from tensors stored whatever the partition
+    (inputs, results of torch calls): one a fusible op computes would need a kernel of its own
+    to be read by each reader, where it could have joined the value's kernel."""
     if row_groups.reduces(eqn):
         return False
+    leaves = _leaves(eqn, producers, consumers, escaping, fusible)
+    if any(id(v) in producers and fusible(producers[id(v)]) for v in leaves):
+        return False
     written = sum(_bytes(o) for o in eqn.outs if o is not None)
-    read = read_bytes(eqn, producers, consumers, escaping, fusible)
-    return (readers - 1) * read <= (readers + 1) * written
+    return (readers - 1) * sum(_bytes(v) for v in leaves) <= (readers + 1) * written
