@@ -55,10 +55,14 @@ def repeatable(eqn: Eqn) -> bool:
     repeat of it may reuse the first's outputs: every prim but copies; an opaque call when it is
     a torch function or method whose ATen op is not random (no `nondeterministic_seeded`
     overload: not `dropout`, `rand_like`, `bernoulli`, ...), not a copy and without effects.
-    A call to anything else (a Python function, an op torch does not name) is not."""
+    A call to anything else (a Python function, an op torch does not name) is not, unless it
+    says it is (`repeatable` in its params: a whole-trace backward's vector-Jacobian product of
+    a recorded call, `ir.whole_backward`)."""
     if eqn.prim.name == "copy":
         return False
     if eqn.prim.kind != "opaque":
+        return True
+    if eqn.params.get("repeatable"):
         return True
     name = eqn.params["fn_name"]
     op = name.rsplit(".", 1)[-1]

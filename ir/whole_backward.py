@@ -396,7 +396,7 @@ def _opaque_vjp(eqn, out_cts, handles, tctx):
     short = fn_name.rsplit(".", 1)[-1].strip("_")
     record(prims.opaque, (handle, *[out_cts[k] for k in present]),
            {"fn": functools.partial(_vjp, present), "fn_name": f"vjp_{short}_{handle.name}",
-            "kwargs": {}, "sequence": True}, outs)
+            "kwargs": {}, "sequence": True, "repeatable": True}, outs)
     return list(zip(wrt, outs))
 
 

@@ -25,7 +25,7 @@ from ir import TensorProxy, prims
 from ir.ops.vjp import has_rule
 from ir.proxies import same_shape, same_size
 from ir.trace import iter_vars
-from triton_exec import horizontal, row_groups, vectorize
+from triton_exec import horizontal, recompute, row_groups, vectorize
 from triton_exec.codegen import TL_DTYPE
 from triton_exec.rules import rule_of
 
@@ -148,6 +148,10 @@ def partition(trace) -> list[list[int]]:
             roots = {first}         # computed in its first reader's group, stored for the rest
         elif is_view(eqn) and not _stores_reshaped(eqn, producers, consumers, escaping):
             continue                # a view of a result stays a free torch view
+        elif all_fused and recompute.pays(eqn, len(user_roots), producers, consumers, escaping,
+                                          fusible) and all(
+                row_groups.joins(trace, eqn, groups[r]) for r in user_roots):
+            roots = user_roots      # cheaper added in each reader than a kernel of its own
         else:
             roots = {i}
             groups[i] = []

@@ -14,9 +14,13 @@ effects, whose order against the rest must stay as written.
 """
 from __future__ import annotations
 
+import math
+
 from ir.passes import repeatable
 from ir.proxies import IntProxy, TensorProxy, hint, same_size
+from ir.trace import iter_vars
 from triton_exec import row_groups
+from triton_exec.rules import rule_of
 
 
 def nested(a, b) -> bool:
@@ -67,8 +71,11 @@ def ancestors(trace) -> list[set]:
 def merge_siblings(trace, groups) -> list[list[int]]:
     """Merges independent groups whose outputs nest into one kernel with several outputs.
     Group A joins a later group B when nothing in either depends on the other's outputs, their
-    roots' shapes nest with every root already merged, and what reads A's outputs before B's
-    root may move after it (see the module's docstring)."""
+    roots' shapes nest with every root already merged (or all their reductions reduce the same
+    dims), what reads A's outputs before B's root may move after it (see the module's
+    docstring), and A's launch waiting for B's holds no memory for nothing: they read an input
+    in common, or only free work (views, host work) runs between them, or the tensors A reads
+    last take no more bytes than its results."""
     before = ancestors(trace)
     merged: list[tuple[set, list[int]]] = []      # (roots, members)
     for g in groups:
@@ -83,12 +90,14 @@ def merge_siblings(trace, groups) -> list[list[int]]:
 
 
 def _joins(trace, before, roots, members, g) -> bool:
-    if not (row_groups.mergeable(trace, g) and row_groups.mergeable(trace, members)):
+    if not row_groups.mergeable(trace, members, g):
         return False
     b_root = g[-1]
     shapes = [trace.eqns[r].out.shape for r in roots]
     b_shape = trace.eqns[b_root].out.shape
-    if not all(nested(a, b_shape) for a in shapes):
+    # groups with reductions: their shared reduced dims are the kernel's domain, each root of
+    # the kept (or row) shape (`row_groups`)
+    if not row_groups.reduction_splits(trace, g) and not all(nested(a, b_shape) for a in shapes):
         return False
     if not all(_related(a, b_shape) for a in shapes) and not _reads_shared(trace, members, g):
         return False
@@ -101,9 +110,37 @@ def _joins(trace, before, roots, members, g) -> bool:
             or any(j in before[m] for j in b_only for m in a_only)):
         return False
     # what reads the merged outputs before B's root moves after it
-    moved = [j for j in range(min(a_only, default=b_root), b_root)
-             if j not in g and j not in members and any(m in before[j] for m in a_only)]
-    return all(repeatable(trace.eqns[j]) for j in moved)
+    between = [j for j in range(min(a_only, default=b_root), b_root)
+               if j not in g and j not in members]
+    moved = [j for j in between if any(m in before[j] for m in a_only)]
+    if not all(repeatable(trace.eqns[j]) for j in moved):
+        return False
+    # A's launch waits for B's: not where its inputs would hold more memory meanwhile than its
+    # outputs take (a model's backward would keep every layer's norm-gradient inputs until its
+    # last layer's), unless B reads one of them too
+    return (_reads_shared(trace, members, g) or all(_free(trace.eqns[j]) for j in between)
+            or _held(trace, members, b_root) <= sum(_bytes(trace.eqns[r].out) for r in roots))
+
+
+def _free(eqn) -> bool:
+    """Host work or a view: no kernel, no memory."""
+    rule = rule_of(eqn)
+    return eqn.prim.kind == "host" or (rule is not None and rule.view)
+
+
+def _bytes(t) -> int:
+    return math.prod(hint(s) for s in t.shape) * t.dtype.itemsize
+
+
+def _held(trace, members, b_root) -> int:
+    """Bytes of the tensors that group A (`members`) reads last, which its launch at B's root
+    keeps alive past their place (the trace's inputs live throughout)."""
+    inside = {id(o) for i in members for o in trace.eqns[i].outs}
+    later = {id(v) for e in trace.eqns[b_root + 1:] for v in e.input_vars()} | {
+        id(v) for v in iter_vars(trace.outputs)} | {id(v) for v in trace.input_vars()}
+    read = {id(v): v for i in members for v in trace.eqns[i].input_vars()
+            if isinstance(v, TensorProxy) and id(v) not in inside and id(v) not in later}
+    return sum(_bytes(v) for v in read.values())
 
 
 def schedule(eqns) -> list:

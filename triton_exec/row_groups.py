@@ -189,6 +189,20 @@ def joins(trace, eqn, members: list) -> bool:
                         for o in others)
 
 
-def mergeable(trace, group: list) -> bool:
-    """Whether a group may merge with a sibling: not when it holds a reduction."""
-    return not any(reduces(trace.eqns[i]) for i in group)
+def reduction_splits(trace, group: list) -> list:
+    """What each reduction of the group reduces (`_split`), in trace order."""
+    return [_split(trace.eqns[i]) for i in group if reduces(trace.eqns[i])]
+
+
+def mergeable(trace, a: list, b: list) -> bool:
+    """Whether two independent groups may be one kernel with the outputs of both: without
+    reductions (then their outputs' shapes decide, `triton_exec.horizontal`), or each with
+    reductions that all reduce the same dims of the same sizes (the one row or column plan of
+    both: GQA's sums over the repeats of k's and v's gradients, a layer norm's weight and bias
+    gradients)."""
+    splits = reduction_splits(trace, a) + reduction_splits(trace, b)
+    if not splits:
+        return True
+    return bool(reduction_splits(trace, a)) and bool(reduction_splits(trace, b)) and all(
+        s[0] == splits[0][0] and all(same_shape(x, y) for x, y in zip(s[1:], splits[0][1:]))
+        for s in splits)
