@@ -47,7 +47,12 @@ def user_line() -> str:
 
 
 def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
-    return TensorProxy(current().new_name("t"), [canonical(s) for s in shape], dtype, device,
+    """A traced tensor of `shape`; a runtime size of 0 or 1 in it (an int argument that a view
+    or a factory makes a size) is specialized, guarded, as an input's is: broadcasting depends
+    on it."""
+    shape = [s.__index__() if isinstance(s, IntProxy) and s.hint < 2 else canonical(s)
+             for s in shape]
+    return TensorProxy(current().new_name("t"), shape, dtype, device,
                        requires_grad and dtype.is_floating_point)
 
 
