@@ -157,7 +157,7 @@ def test_a_norm_and_gated_activation_backward_fuses_across_vjps(norm, act, proje
 
 # ---- the decoder layer ----------------------------------------------------------------------
 
-def test_the_decoder_layer_backward_is_at_most_7_kernels():
+def test_the_decoder_layer_backward_is_at_most_8_kernels():
     spec = importlib.util.spec_from_file_location("perf_decoder_layer",
                                                   ROOT / "perf" / "decoder_layer.py")
     module = importlib.util.module_from_spec(spec)
@@ -174,7 +174,7 @@ def test_the_decoder_layer_backward_is_at_most_7_kernels():
     for a, b in zip(torch.autograd.grad(out, [leaf] + params, g),
                     torch.autograd.grad(expected, [x] + params, g)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert len(kernels(jlayer, "backward")) <= 7
+    assert len(kernels(jlayer, "backward")) <= 8
 
 
 @pytest.mark.parametrize("between", ["matmul", "view"])

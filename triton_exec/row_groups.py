@@ -85,7 +85,8 @@ def _rows_stay_rows(trace, eqn, members: list) -> bool:
     tile's columns: one reached through a permute would need the reduction of rows that vary
     along the columns)."""
     outer, reduced = row_of(eqn)
-    tracked = {id(eqn.out): {k: k for k in range(len(outer))}}
+    # a kept dim of size 1 varies along nothing: it may land anywhere
+    tracked = {id(eqn.out): {k: k for k in range(len(outer)) if hint(outer[k]) != 1}}
     for i in sorted(members):
         e = trace.eqns[i]
         if e.out is None:
