@@ -187,10 +187,11 @@ def test_convnext_channels_last_matches_eager():
     assert_gradients_equal(model, expected_grads, FP32)
 
 
-@pytest.mark.parametrize("name", ["efficientnet", "vit"])
+@pytest.mark.parametrize("name", ["efficientnet", "vit", "swin"])
 def test_symbolic_mode_serves_two_batch_sizes_from_one_entry(name):
     """One entry for batches 2 and 3 (EfficientNet's drop path draws `bernoulli_` of a
-    per-sample shape: a shape rule, no specialization). Swin specializes its batch: README."""
+    per-sample shape: a shape rule, no specialization; Swin's window attention views its scores
+    with `view(-1, num_win, ...)`)."""
     model = build(name)
     jitted = ir.jit(model, executors=["triton"], cache="symbolic values")
     for batch in (2, 3):
