@@ -26,7 +26,7 @@ from ir.ops.registry import GRAD_RULES
 from ir.ops.vjp import emit, needs_grad
 from ir.prims import PRIMS, Prim, convert_element_type
 from ir.proxies import ScalarProxy, TensorProxy
-from ir.trace import Eqn, Trace, iter_vars, render, render_eqn
+from ir.trace import Eqn, Trace, free_vars, render, render_eqn
 from ir.tracing import TraceContext, tracing
 from ir.transforms import per_sample
 
@@ -250,7 +250,7 @@ def _unit(eqn, launch, tctx, cctx, lower):
     bctx = dataclasses.replace(cctx, name=f"{cctx.name}_backward", direction="backward")
     traces = lower(built, bctx)
     executed = traces[-1]
-    free = _free_vars(executed)
+    free = free_vars(executed)
     primals = {id(a): i for i, a in enumerate(eqn.args) if isinstance(a, TensorProxy)}
     results = {id(o): k for k, o in enumerate(eqn.outs) if o is not None}
     grad_of = {id(g): k for k, g in grads.items()}
@@ -333,20 +333,6 @@ def _reaches(eqn, position) -> frozenset:
         if any(id(v) in reached for v in e.input_vars() if needs_grad(v)):
             reached.update(id(o) for o in e.outs if o is not None and o.requires_grad)
     return frozenset(k for k, o in enumerate(eqn.outs) if o is not None and id(o) in reached)
-
-
-def _free_vars(trace: Trace) -> list:
-    """Values the trace reads but does not define, in first-use order."""
-    defined, free = set(), {}
-    for e in trace.eqns:
-        for v in e.input_vars():
-            if id(v) not in defined:
-                free.setdefault(id(v), v)
-        defined.update(id(o) for o in e.outs if o is not None)
-    for v in iter_vars(trace.outputs):
-        if id(v) not in defined:
-            free.setdefault(id(v), v)
-    return list(free.values())
 
 
 __all__ = ["differentiate", "DifferentiableUnit", "DoubleBackwardError"]

@@ -46,6 +46,20 @@ def iter_vars(x):
             yield from iter_vars(item)
 
 
+def free_vars(trace) -> list:
+    """Values the trace reads but does not define, in first-use order."""
+    defined, free = set(), {}
+    for e in trace.eqns:
+        for v in e.input_vars():
+            if id(v) not in defined:
+                free.setdefault(id(v), v)
+        defined.update(id(o) for o in e.outs if o is not None)
+    for v in iter_vars(trace.outputs):
+        if id(v) not in defined:
+            free.setdefault(id(v), v)
+    return list(free.values())
+
+
 def check_defined(trace) -> None:
     """Raises where an equation or the outputs read a Var that the trace neither takes nor
     computes: a traced value of another call that the code kept (a `functools.lru_cache` of a

@@ -36,7 +36,7 @@ from ir.ops.registry import GRAD_RULES
 from ir.ops.vjp import emit, needs_grad
 from ir.proxies import ScalarProxy, TensorProxy, Var, hint
 from ir.recording import _to_meta, new_tensor, record
-from ir.trace import Trace, iter_vars, map_vars
+from ir.trace import Trace, free_vars, iter_vars, map_vars
 from ir.tracing import TraceContext, tracing
 from ir.transforms import per_sample
 
@@ -242,12 +242,12 @@ def _refuse(eqns, fused: Trace, out_vars) -> None:
 def _lowered(built: Trace, grad_of: dict, handle_ids: set, materialized: set, bctx, lower):
     """(the backward's traces through the passes and executors, each taking what the executed
     one reads, and those reads: (saved tensors, sizes, handles, output gradients))."""
-    unknown = [v.name for v in _free_vars(built) if isinstance(v, TensorProxy)
+    unknown = [v.name for v in free_vars(built) if isinstance(v, TensorProxy)
                and id(v) not in grad_of and id(v) not in materialized]
     if unknown:
         raise Refused(f"the backward reads {', '.join(unknown)}, which the forward does not keep")
     traces = lower(built, bctx)
-    free = _free_vars(traces[-1])
+    free = free_vars(traces[-1])
     saved = [v for v in free if isinstance(v, TensorProxy) and id(v) not in grad_of]
     lost = [v.name for v in saved if id(v) not in materialized]
     if lost:    # a pass of the backward's lowering reads a forward value no kernel writes
@@ -445,7 +445,7 @@ def _recomputed(built: Trace, eqns, materialized) -> list:
     a fusion group), in trace order: recomputed from what it keeps."""
     producer = {id(o): e for e in eqns for o in e.outs if o is not None}
     needed: set = set()
-    stack = [v for v in _free_vars(built) if id(v) not in materialized and id(v) in producer]
+    stack = [v for v in free_vars(built) if id(v) not in materialized and id(v) in producer]
     while stack:
         e = producer[id(stack.pop())]
         if id(e) in needed:
@@ -554,20 +554,6 @@ def _reaches(eqns, var, out_vars, cut) -> frozenset:
         if any(id(v) in reached for v in e.input_vars() if needs_grad(v)):
             reached.update(id(o) for o in e.outs if needs_grad(o) and id(o) not in cut)
     return frozenset(k for k, o in enumerate(out_vars) if id(o) in reached)
-
-
-def _free_vars(trace: Trace) -> list:
-    """Values the trace reads but does not define, in first-use order."""
-    defined, free = set(), {}
-    for e in trace.eqns:
-        for v in e.input_vars():
-            if id(v) not in defined:
-                free.setdefault(id(v), v)
-        defined.update(id(o) for o in e.outs if o is not None)
-    for v in iter_vars(trace.outputs):
-        if id(v) not in defined:
-            free.setdefault(id(v), v)
-    return list(free.values())
 
 
 __all__ = ["differentiate", "build", "refusal", "enabled", "Plan", "Refused", "Handle"]
