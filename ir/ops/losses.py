@@ -4,8 +4,9 @@ max replaced by 0, as `logsumexp`; a row whose max is infinite has a NaN loss, a
 `log_softmax` gives) minus the target's logit (picked by comparing the class index
 with an int32 `arange`, summed over the row), with `label_smoothing` (the row's mean of
 -log_softmax) and `ignore_index` (a zero loss); then `reduction` "none", "sum" or "mean" (over
-the targets not ignored: NaN when every one is, as eager). Computed in fp32 and rounded once to
-the input's dtype. Registered into `ir.ops.registry`'s handler table on import (`ir.prims`
+the targets not ignored: NaN when every one is, as eager). Computed in fp32; the target's
+log-probability and the smoothing sum, which eager materializes in the input's dtype, are rounded
+to it (an fp16 smoothing sum past 65504 is inf, as eager's), and the result is rounded to it. Registered into `ir.ops.registry`'s handler table on import (`ir.prims`
 imports it). Where no executor fuses it (`ir.ops.reductions.decomposed`), or with a class
 weight, probabilities as the target, other layouts than [N, C] logits with [N] targets, or the
 legacy `size_average`/`reduce` arguments, it stays an opaque torch call (its shape rule:
@@ -65,9 +66,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     hit = op[torch.eq](bind(arange_p, 0, classes, 1, dtype=torch.int32, device=input.device),
                        index)
     picked = convert(over(sum_p, op[torch.where](hit, input, 0.0), (1,), True), x.dtype)
-    loss = op[torch.add](op[torch.sub](lse, picked), undefined)
+    # eager materializes the target's log-probability and the smoothing sum in the input's
+    # dtype: rounded there (an fp16 sum past 65504 is inf, as eager's)
+    loss = op[torch.add](_as_eager_holds(op[torch.sub](lse, picked), input.dtype), undefined)
     if label_smoothing:
-        smooth = op[torch.sub](op[torch.mul](lse, classes), over(sum_p, x, (1,), True))
+        smooth = _as_eager_holds(
+            op[torch.sub](op[torch.mul](lse, classes), over(sum_p, x, (1,), True)), input.dtype)
         loss = op[torch.add](op[torch.mul](loss, 1.0 - label_smoothing),
                              op[torch.mul](smooth, label_smoothing / classes))
     # the ignored rows as `eq` here and the counted ones as `ne` below: each test is read by one
@@ -83,3 +87,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                      (0,), False)
         total = op[torch.div](total, count)
     return convert(total, input.dtype)
+
+
+def _as_eager_holds(t, dtype):
+    """t rounded to `dtype` (fp16/bf16) and read back in t's dtype."""
+    return convert(convert(t, dtype), t.dtype)
