@@ -12,7 +12,7 @@ from ir.ops import indexing, losses, queries  # noqa: F401
 from ir.ops.casts import convert_element_type_p as convert_element_type
 from ir.ops.clamp import clamp_p as clamp
 from ir.ops.elementwise import (BINARY, COMPARE, UNARY, gelu_p as gelu, relu_p as relu,
-                                silu_p as silu, where_p as where)
+                                silu_p as silu, softmax_exp_p as softmax_exp, where_p as where)
 from ir.ops.factories import arange_p as arange, full_p as full
 from ir.ops.host import SCALAR_OPS, SCALAR_UNARY, shape_p as shape
 from ir.ops.movement import (broadcast_in_dim_p as broadcast_in_dim, cat_p as cat,
@@ -25,4 +25,4 @@ from ir.ops.registry import PRIMS, Prim, define
 __all__ = ["PRIMS", "Prim", "define", "SCALAR_OPS", "SCALAR_UNARY", "UNARY", "BINARY", "COMPARE",
            "REDUCTIONS", "shape", "convert_element_type", "broadcast_in_dim", "slice_", "pad",
            "cat", "copy", "reshape", "permute", "where", "arange", "full", "sum_", "amax",
-           "amin", "silu", "gelu", "relu", "clamp", "opaque"]
+           "amin", "silu", "softmax_exp", "gelu", "relu", "clamp", "opaque"]

@@ -8,10 +8,12 @@ without its package `__init__`; in a child process without the interpreter, whic
 the `tl.sum` its kernels call).
 
 Bytes per warp-instruction are the call's ideal bytes per program over the warp-instructions
-the program issues. The static count is of the code: for a kernel with a loop (Liger's RMSNorm
-backward over its rows, its cross-entropy over the vocabulary; our column sums over the rows
-and our long rows over their blocks) the issued count is estimated as the static count times
-the loop's trip count (column "trips"), which overstates a loop kernel's prologue alike for both.
+the program issues. The static count is of the code: for a kernel with loops (Liger's RMSNorm
+backward over its rows, its cross-entropy's two passes over the vocabulary; our column sums over
+the rows and our long rows over their blocks) the issued count is estimated as the code outside
+the loops once plus the loops' code times their trip count (column "trips"; `cost.StaticCost.
+issued`), both code paths of a branch counted (Liger's cross-entropy zeroes an ignored row's
+gradient in a loop of its own: 17 SASS, counted with the others).
 
     python perf/reduction_cost.py            # slow: a few minutes of offline compiles
 """
@@ -76,8 +78,7 @@ class Row:
 
     @property
     def bytes_per_issued(self) -> float:
-        c = self.cost
-        return c.bytes_moved / (c.instructions * c.num_warps * self.trips)
+        return self.cost.bytes_per_issued(self.trips)
 
 
 # ---- ours --------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def cases():
 
 def table(name: str, rows: list[Row]) -> list[str]:
     lines = [f"### {name}", "",
-             "| variant | kernel | tile | trips | instr/program | B/program | B/warp-instr "
+             "| variant | kernel | tile | trips | instr/program (in loops) | B/program | B/warp-instr "
              "| regs | spill B | PTX widths | note |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
@@ -247,7 +248,8 @@ def table(name: str, rows: list[Row]) -> list[str]:
                          f"- | - | {r.note} |")
             continue
         lines.append(f"| {r.variant} | {r.kernel} | {r.tile} | {r.trips} | {c.instructions} "
-                     f"{c.counted} | {c.bytes_moved:.0f} | {r.bytes_per_issued:.2f} "
+                     f"{c.counted} ({c.loop_instructions}) | {c.bytes_moved:.0f} "
+                     f"| {r.bytes_per_issued:.2f} "
                      f"| {c.registers if c.registers is not None else '-'} "
                      f"| {c.spill_bytes if c.spill_bytes is not None else '-'} "
                      f"| {_widths(r.widths)} | {r.note} |")

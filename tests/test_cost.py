@@ -24,6 +24,36 @@ def test_sass_count_leaves_out_padding():
     assert cost.sass_instructions(SASS) == 4
 
 
+LOOP_SASS = """
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0030*/                   ISETP.GE.AND P0, PT, R0, 0x4, PT ;
+        /*0040*/              @!P0 BRA `(.L_x_0) ;
+        /*0050*/                   STG.E.128 desc[UR4][R8.64], R4 ;
+        /*0060*/              @P1 BRA `(.L_x_1) ;
+        /*0070*/                   MOV R1, RZ ;
+.L_x_1:
+        /*0080*/                   EXIT ;
+.L_x_2:
+        /*0090*/                   BRA `(.L_x_2);
+"""
+
+
+def test_the_code_inside_loops_is_counted_apart():
+    """A branch back to an earlier label closes a loop (a forward branch does not): its code is
+    issued once per trip, the rest once."""
+    assert cost.sass_instructions(LOOP_SASS) == 9
+    assert cost.sass_loop_instructions(LOOP_SASS) == 4
+    c = cost.StaticCost(90, "SASS", 9, 2, 512.0, 512.0, 32, 0, 9, loop_instructions=4)
+    assert c.issued(trips=4) == (5 + 4 * 4) * 2 and c.issued(trips=1) == c.warp_instructions
+    assert c.bytes_per_issued(4) == pytest.approx(1024 / 42)
+    ptx = ("mov.u32 %r1, 0;\n$L__BB0_1:  // %loop\nld.global.b32 %r2, [%rd1];\n"
+           "add.s32 %r1, %r1, 1;\n@%p1 bra $L__BB0_1;\n@%p2 bra $L__BB0_2;\n$L__BB0_2:\nret;\n")
+    assert (cost.ptx_instructions(ptx), cost.ptx_loop_instructions(ptx)) == (6, 3)
+
+
 def test_ptx_count_leaves_out_directives_labels_and_comments():
     ptx = ".reg .b32 %r<4>;\n// c\n$L__BB0_1:\n{\n  ld.global.b32 %r1, [%rd1];\n}\n  ret;\n"
     assert cost.ptx_instructions(ptx) == 2

@@ -208,16 +208,17 @@ def test_a_long_row_is_read_once_and_its_scalars_once_per_row():
         assert narrow <= 16, (record.name, record.access_widths(arch=90))
 
 
-LIGER_CE = 4.31     # Liger-Kernel 0.8.5's cross_entropy kernel, B/warp-instr, sm_90 offline
+LIGER_CE = 4.86     # Liger-Kernel 0.8.5's cross_entropy kernel, B/warp-instr, sm_90 offline, its
+                    # two loops' code 4 times each, on Triton 3.6 / 3.9: 4.85 / 4.86
                     # (`python perf/reduction_cost.py "cross-entropy forward"`, perf/RESULTS.md)
 
 
 def test_static_cost_at_llama_shapes():
     """Offline sm_90 at Llama-3-8B's vocabulary (1024 x 128,256, bf16, mean; no kernel runs):
-    the forward is the rows' kernel and the final sum's, the gradient one kernel at least
-    Liger's bytes per warp-instruction; the rows' kernel, one pass with eager's exact `expf`
-    (Liger: `ex2.approx`), issues fewer warp-instructions than the three it replaces (1881
-    SASS per block of the row, 4 warps)."""
+    the forward is the rows' kernel (one loop over the row) and the final sum's, the gradient
+    one kernel, each at least Liger's bytes per warp-instruction; the rows' loop computes its
+    terms with the exp2 instruction (`softmax_exp`), whose code is a fraction of the three
+    kernels' it replaced (1881 SASS per block of the row, 4 warps)."""
     spec = importlib.util.spec_from_file_location(
         "perf_reduction_cost", Path(__file__).resolve().parent.parent / "perf" / "reduction_cost.py")
     cost = importlib.util.module_from_spec(spec)
@@ -228,8 +229,9 @@ def test_static_cost_at_llama_shapes():
     (gradient,) = cost.ours(fn, args, backward=True)
     if rows.cost.counted != "SASS":
         pytest.skip("no nvdisasm in this Triton: the counts would be PTX's, not comparable")
-    assert rows.trips == 32 and rows.cost.instructions < 1881 / 2, rows.cost
-    assert final.bytes_per_issued > LIGER_CE and gradient.bytes_per_issued > LIGER_CE
+    assert rows.trips == 32 and 0 < rows.cost.loop_instructions < 1881 / 4, rows.cost
+    for row in (rows, final, gradient):
+        assert row.bytes_per_issued > LIGER_CE, (row.kernel, row.cost.summary())
 
 
 def test_a_per_row_value_of_a_reduction_read_elsewhere_stays_with_its_sum():

@@ -15,8 +15,9 @@ import pytest
 PERF = Path(__file__).resolve().parent.parent / "perf"
 # Liger-Kernel 0.8.5's kernels at the launch its wrappers make, B/warp-instr on Triton 3.6 / 3.9:
 # _swiglu_forward_kernel 8.67 / 9.14, _swiglu_backward_kernel 9.74 / 10.09 (16384 columns, 32
-# warps), _rms_norm_backward_kernel 6.60 / 6.64 (4096 columns, 8 warps, 32 rows per program)
-LIGER_MEASURED = {"swiglu forward": 9.14, "swiglu backward": 10.09, "rms backward": 6.64}
+# warps), _rms_norm_backward_kernel 11.07 / 11.07 (4096 columns, 8 warps, a loop over 32 rows
+# per program: its loop's code 32 times, the rest once)
+LIGER_MEASURED = {"swiglu forward": 9.14, "swiglu backward": 10.09, "rms backward": 11.07}
 
 
 def load():

@@ -7,7 +7,9 @@ beside the access widths: the SASS of the sm_<arch> cubin, disassembled with the
 `cuobjdump` that ship inside Triton's NVIDIA backend (PTX instructions where those tools or the
 cubin are missing, said in `counted`), the registers per thread and local-memory (spill) bytes,
 and the global bytes a program moves: the call's ideal bytes (each input read once, each output
-written once) over its programs.
+written once) over its programs. The code inside loops (a branch back to an earlier label) is
+counted apart, so that a loop kernel's issued instructions are estimated as the code outside
+its loops once plus its loops' code times their trip count (`StaticCost.issued`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ class StaticCost:
     registers: int | None       # per thread (None: counted from PTX, no allocation known)
     spill_bytes: int | None     # local memory per thread (register spills), None as above
     ptx_instructions: int       # the PTX's count, beside the SASS one
+    loop_instructions: int = 0  # of `instructions`, those inside a loop (from the label a
+                                # branch jumps back to, to that branch)
 
     @property
     def bytes_moved(self) -> float:
@@ -46,6 +50,17 @@ class StaticCost:
     @property
     def bytes_per_warp_instruction(self) -> float:
         return self.bytes_moved / self.warp_instructions if self.warp_instructions else 0.0
+
+    def issued(self, trips: int) -> int:
+        """Warp-instructions one program issues where each loop runs `trips` times: the code
+        outside the loops once, the loops' code `trips` times."""
+        once = self.instructions - self.loop_instructions
+        return (once + self.loop_instructions * trips) * self.num_warps
+
+    def bytes_per_issued(self, trips: int) -> float:
+        """Bytes moved per warp-instruction issued with loops of `trips` trips."""
+        issued = self.issued(trips)
+        return self.bytes_moved / issued if issued else 0.0
 
     def summary(self) -> str:
         """One line: `312 SASS x 4 warps, 8192 B/program, 6.6 B/warp-instr, 40 regs, 0 spill`."""
@@ -68,16 +83,37 @@ def static_cost(asm: dict, num_warps: int, bytes_loaded: float, bytes_stored: fl
     if sass is not None:
         registers, spill = resource_usage(cubin)
         return StaticCost(arch, "SASS", sass_instructions(sass), num_warps, bytes_loaded,
-                          bytes_stored, registers, spill, ptx_instructions(asm["ptx"]))
+                          bytes_stored, registers, spill, ptx_instructions(asm["ptx"]),
+                          sass_loop_instructions(sass))
     ptx = ptx_instructions(asm["ptx"])
-    return StaticCost(arch, "PTX", ptx, num_warps, bytes_loaded, bytes_stored, None, None, ptx)
+    return StaticCost(arch, "PTX", ptx, num_warps, bytes_loaded, bytes_stored, None, None, ptx,
+                      ptx_loop_instructions(asm["ptx"]))
+
+
+def _ptx_listing(ptx: str) -> list:
+    """[(label, instruction)]: each PTX line that is a label (instruction None) or an
+    instruction (not a directive, a brace or a comment)."""
+    listing = []
+    for line in (line.split("//")[0].strip() for line in ptx.splitlines()):
+        if line.endswith(":") and line.startswith("$"):
+            listing.append((line[:-1], None))
+        elif line and not line.startswith(("//", ".", "{", "}", "$", "@@")) \
+                and not line.endswith(":"):
+            listing.append((None, line))
+    return listing
 
 
 def ptx_instructions(ptx: str) -> int:
     """PTX instructions: lines that are not a directive, a label, a brace or a comment."""
-    lines = (line.strip() for line in ptx.splitlines())
-    return sum(1 for s in lines if s and not s.startswith(("//", ".", "{", "}", "$", "@@"))
-               and not s.endswith(":"))
+    return sum(1 for _, instruction in _ptx_listing(ptx) if instruction is not None)
+
+
+_PTX_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(?P<label>\$[\w.]+)\s*;")
+
+
+def ptx_loop_instructions(ptx: str) -> int:
+    """PTX instructions inside a loop (see `loop_instructions`)."""
+    return loop_instructions(_ptx_listing(ptx), _PTX_BRANCH)
 
 
 # "        /*0120*/                   LDG.E.128 R4, desc[UR4][R2.64] ;"
@@ -85,13 +121,15 @@ _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?P<code>[^;]*);")
 _LABEL = re.compile(r"^(?P<label>\.L_x_\d+):")
 
 
-def sass_instructions(sass: str) -> int:
-    """SASS instructions of an `nvdisasm -c` listing, without the NOP padding and the
-    branch-to-itself after the last EXIT (padding too)."""
-    count, label = 0, None
+def _sass_listing(sass: str) -> list:
+    """[(label, instruction)] of an `nvdisasm -c` listing: each label (instruction None) and
+    each instruction, without the NOP padding and the branch-to-itself after the last EXIT
+    (padding too)."""
+    listing, label = [], None
     for line in sass.splitlines():
         if (m := _LABEL.match(line.strip())) is not None:
             label = m["label"]
+            listing.append((label, None))
             continue
         m = _SASS_LINE.match(line)
         if m is None:
@@ -101,8 +139,38 @@ def sass_instructions(sass: str) -> int:
         if opcode == "NOP" or (opcode == "BRA" and label is not None and f"`({label})" in line):
             continue
         label = None
-        count += 1
-    return count
+        listing.append((None, m["code"]))
+    return listing
+
+
+def sass_instructions(sass: str) -> int:
+    """SASS instructions of an `nvdisasm -c` listing, without the NOP padding and the
+    branch-to-itself after the last EXIT (padding too)."""
+    return sum(1 for _, instruction in _sass_listing(sass) if instruction is not None)
+
+
+_SASS_BRANCH = re.compile(r"\bBRA\b.*`\((?P<label>\.L_x_\d+)\)")
+
+
+def sass_loop_instructions(sass: str) -> int:
+    """SASS instructions inside a loop (see `loop_instructions`)."""
+    return loop_instructions(_sass_listing(sass), _SASS_BRANCH)
+
+
+def loop_instructions(listing: list, branch: re.Pattern) -> int:
+    """The instructions of `listing` ([(label, instruction)]) that lie inside a loop: from a
+    label to a later branch back to it, each instruction counted once where loops nest or
+    overlap."""
+    at, inside, position = {}, set(), 0
+    for label, instruction in listing:
+        if instruction is None:
+            at[label] = position
+            continue
+        m = branch.search(instruction)
+        if m is not None and m["label"] in at:
+            inside.update(range(at[m["label"]], position + 1))
+        position += 1
+    return len(inside)
 
 
 def _tool(name: str) -> str | None:

@@ -7,9 +7,11 @@ there the same function maps the tile's data through numpy's function of that na
 accurate). Each is a Triton builtin: the compiler calls it with `_semantic`, the interpreter
 without.
 
-`rcp` is the one approximate function: the GPU's reciprocal instruction (`rcp.approx.ftz.f32`,
-within 1 ulp for a normal result; the interpreter divides exactly), which sigmoid and silu
-divide by (see `codegen.lower_elementwise`).
+`rcp` and `exp2` are the approximate functions: the GPU's reciprocal instruction
+(`rcp.approx.ftz.f32`, within 1 ulp for a normal result; the interpreter divides exactly), which
+sigmoid and silu divide by, and its exp2 instruction (`ex2.approx.ftz.f32`, within 2 ulp; the
+interpreter takes numpy's), which the softmax family's exp(x - max) is computed with (see
+`codegen.lower_elementwise`).
 """
 from __future__ import annotations
 
@@ -48,21 +50,28 @@ def _builtin(name):
 exp, log, sin, cos, tanh, rsqrt, erf, pow = (_builtin(name) for name in _NUMPY)
 
 
+def _instruction(name: str, ptx: str, numpy_fn):
+    """A builtin computing one fp32 PTX instruction (`ptx`: `$0` the result, `$1` the operand);
+    under the interpreter `numpy_fn` of the tile's data, in fp32."""
+    def fn(x, _semantic=None):
+        import triton.language as tl
+        if _semantic is not None:
+            return tl.inline_asm_elementwise(ptx, "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                             pack=1, _semantic=_semantic)
+        from triton.runtime.interpreter import TensorHandle
+        data = x.handle.data
+        with np.errstate(all="ignore"):
+            data = numpy_fn(data).astype(data.dtype)
+        return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
+
+    fn.__name__ = name
+    fn.__triton_builtin__ = True
+    return fn
+
+
 # 1 / x by the GPU's reciprocal: within 1 ulp where the result is normal, subnormal results
 # flushed to zero (callers scale the operand to keep the result normal)
-_RCP_PTX = "rcp.approx.ftz.f32 $0, $1;"
-
-
-def rcp(x, _semantic=None):
-    import triton.language as tl
-    if _semantic is not None:
-        return tl.inline_asm_elementwise(_RCP_PTX, "=f,f", [x], dtype=tl.float32, is_pure=True,
-                                         pack=1, _semantic=_semantic)
-    from triton.runtime.interpreter import TensorHandle
-    data = x.handle.data
-    with np.errstate(all="ignore"):
-        data = (np.float32(1) / data).astype(data.dtype)
-    return tl.core.tensor(TensorHandle(data, x.handle.dtype), x.type)
-
-
-rcp.__triton_builtin__ = True
+rcp = _instruction("rcp", "rcp.approx.ftz.f32 $0, $1;", lambda a: np.float32(1) / a)
+# 2 ** x by the GPU's exp2: within 2 ulp, results below 2^-126 flushed to zero (the softmax
+# family's exp(x - max) as exp2((x - max) * log2(e)), see `codegen.lower_elementwise`)
+exp2 = _instruction("exp2", "ex2.approx.ftz.f32 $0, $1;", np.exp2)

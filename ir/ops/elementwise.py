@@ -43,12 +43,26 @@ relu_p = define("relu", "elementwise", lambda t: _same(t))
 where_p = define("where", "elementwise", lambda c, a, b: _same(
     next(x for x in (a, b, c) if isinstance(x, TensorProxy)),
     dtype=_first_tensor(a, b).dtype if _first_tensor(a, b) is not None else None))
+# exp of a value shifted by its row's max (x - max <= 0: the terms of softmax, log_softmax,
+# logsumexp and cross_entropy, and their gradients): a kernel computes it as 2 ** (x * log2(e))
+# with the GPU's exp2 instruction, as Liger-Kernel's and Inductor's softmax kernels do, where
+# `exp` is libdevice's (README: Numerical contract); torch runs it as `torch.exp`
+softmax_exp_p = define("softmax_exp", "elementwise", lambda t: _same(t))
 # as torch runs them (`ir.executors`; the others as the torch function of their name)
 TORCH_SOURCE.update({
+    softmax_exp_p: lambda e: f"torch.exp({e.args[0].name})",
     where_p: lambda e: f"torch.where({', '.join(render(a) for a in e.args)})",
     silu_p: lambda e: f"F.silu({e.args[0].name})",
     gelu_p: lambda e: f"F.gelu({e.args[0].name}, approximate={render(e.params['approximate'])})",
 })
+
+
+def shifted_exp(x):
+    """exp(x) of a max-shifted x (<= 0 or NaN) in the softmax family: `softmax_exp` in fp32, where
+    its accuracy is stated; eager's exp in another dtype (fp64)."""
+    if x.dtype == torch.float32:
+        return bind(softmax_exp_p, x)
+    return HANDLERS[torch.exp](x)
 
 
 def rounds_number(prim_name, device) -> bool:
@@ -266,6 +280,7 @@ def _unary(prim_name):
 
 _unary("neg")(lambda ct, x, y: vjp.neg(ct))
 _unary("exp")(lambda ct, x, y: vjp.mul(ct, y))
+_unary("softmax_exp")(lambda ct, x, y: vjp.mul(ct, y))
 _unary("log")(lambda ct, x, y: vjp.div(ct, x))
 _unary("sin")(lambda ct, x, y: vjp.mul(ct, vjp.op("cos")(x)))
 _unary("cos")(lambda ct, x, y: vjp.mul(ct, vjp.neg(vjp.op("sin")(x))))

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ir.ops.casts import convert
+from ir.ops.elementwise import shifted_exp
 from ir.ops.factories import arange_p
 from ir.ops.movement import reshape_p
 from ir.ops.reductions import _upcast, amax_p, decomposed, reduce as over, sum_p
@@ -59,7 +60,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         finite = op[torch.where](infinite, 0.0, peak)
         # eager subtracts the max itself: a row whose max is infinite has a NaN loss
         undefined = op[torch.where](infinite, math.nan, 0.0)
-    lse = op[torch.add](op[torch.log](over(sum_p, op[torch.exp](op[torch.sub](x, finite)),
+    lse = op[torch.add](op[torch.log](over(sum_p, shifted_exp(op[torch.sub](x, finite)),
                                              (1,), True)), finite)
     target = convert(target, torch.int32)
     index = op[torch.unsqueeze](target, 1)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ir.ops.casts import convert, convert_element_type_p
+from ir.ops.elementwise import shifted_exp
 from ir.ops.movement import broadcast_in_dim_p, reshape_p
 from ir.ops.opaque import _tensors, equal
 from ir.ops.registry import HANDLERS, TORCH_SOURCE, define, grad_rule, register, shape_rule
@@ -128,7 +129,7 @@ def _softmax_parts(x, dim):
     with torch.no_grad():   # the shift cancels: no gradient flows through the max
         peak = reduce(amax_p, x, dims, True)
     shifted = HANDLERS[torch.sub](x, peak)
-    exp = HANDLERS[torch.exp](shifted)
+    exp = shifted_exp(shifted)
     return shifted, exp, reduce(sum_p, exp, dims, True)
 
 
@@ -165,7 +166,7 @@ def logsumexp(input, dim, keepdim=False):
         peak = reduce(amax_p, input, dims, True)
         finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf),
                                        0.0, peak)
-    total = reduce(sum_p, HANDLERS[torch.exp](HANDLERS[torch.sub](input, finite)), dims, keepdim)
+    total = reduce(sum_p, shifted_exp(HANDLERS[torch.sub](input, finite)), dims, keepdim)
     return HANDLERS[torch.add](HANDLERS[torch.log](total), finite if keepdim else bind(
         reshape_p, finite, tuple(s for d, s in enumerate(input.shape) if d not in dims)))
 

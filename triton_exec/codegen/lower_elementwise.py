@@ -28,7 +28,12 @@ from triton_exec.rules import register
 # ~15 instructions and a slow-path call): with both sides scaled by 1/4 (exact), the reciprocal
 # of 1 + exp(-x) < 2^128 stays normal, and 1 / inf is 0 (x / inf = -0.0, as eager's).
 QUARTER_DENOMINATOR = "(1.0 + libdevice.exp({0} * -1.0)) * 0.25"
+# The softmax family's exp of x - max (`softmax_exp`): the GPU's exp2 instruction of the fp32
+# product x * log2(e) (`kernel_math.exp2`), (2 + 1.17 |x|) fp32 ulps, results below 2^-126
+# flushed to 0, as Liger-Kernel's and Inductor's softmax kernels compute it.
+SOFTMAX_EXP = "libdevice.exp2({0} * 1.4426950408889634)"
 UNARY_SRC = {"neg": "-{0}", "abs": "tl.abs({0})", "exp": "libdevice.exp({0})",
+             "softmax_exp": SOFTMAX_EXP,
              "log": "libdevice.log({0})", "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})",
              "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})",
              "sigmoid": f"libdevice.rcp({QUARTER_DENOMINATOR}) * 0.25",
@@ -235,7 +240,7 @@ register(prims.convert_element_type, lower=_convert)
 register(prims.where, lower=_where)
 register(prims.full, lower=_full, merged=_full_merged)
 register(prims.arange, lower=_arange, refuse=_arange_refusal, merges=lambda eqn, k: False)
-_FLOAT_ONLY = {"exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
+_FLOAT_ONLY = {"exp", "softmax_exp", "log", "sin", "cos", "sqrt", "rsqrt", "sigmoid", "tanh", "div", "erf",
                "silu", "gelu", "relu"}
 _ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "clamp", "neg", "abs", "pow"}
 for _name in list(UNARY_SRC) + list(BINARY_SRC) + ["pow", "gelu", "clamp"]:

@@ -10,7 +10,8 @@ import (`triton_exec.rules`); reductions over dims apart and empty rows are refu
 them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`; which
 reductions share one, and the online log-sum-exp: `row_loops`); a sum of where(arange == i, v,
 0) over a row is v at column i, one load per row (`_picked`). Imports `kernel_types`,
-`narrow_tiles`, `render` and `row_loops` from this package.
+`lower_elementwise` (the exp an online sum rescales with), `narrow_tiles`, `render` and
+`row_loops` from this package.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import dataclasses
 from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
+from triton_exec.codegen.lower_elementwise import UNARY_SRC
 from triton_exec.codegen.render import split_dependent
 from triton_exec.codegen.row_loops import one_hot_pick
 from triton_exec.codegen.narrow_tiles import rounded_tile
@@ -355,7 +357,8 @@ def _online_sum(loop, eqn, found, total):
         e = w.value(eqn.args[0], at, mask, Path().through(row_of(eqn)[1][-1]))
         if not found.same_values:
             e = f"tl.where({w.mask_name(mask)}, {e}, 0.0)"
-        w.lines.append(f"{total} = {total} * libdevice.exp({shift} - {grown}) + tl.reduce("
+        rescale = UNARY_SRC[found.exp.prim.name].format(f"({shift} - {grown})")
+        w.lines.append(f"{total} = {total} * {rescale} + tl.reduce("
                        f"{e}, 1, {REDUCE_SRC['sum'][0]}, keep_dims=True)  "
                        f"# rescaled to the grown max's shift")
         loop.updates.append(f"{shift} = {grown}")

@@ -32,6 +32,8 @@ class OnlineSum:
     same_values: bool       # `a` holds the max's input (or its fp32 convert): then the sum is
                             # NaN exactly where the row holds a NaN (its max needs no flag),
                             # and reads the max's masked tile (-inf off the row: exp gives 0)
+    exp: object             # the exp's equation (`exp`, or the softmax family's `softmax_exp`),
+                            # whose function also rescales the running sum
 
 
 def plan_loops(reductions: list, producers: dict) -> list:
@@ -80,7 +82,7 @@ def _online_sum(eqn, producers: dict, level: dict):
     if eqn.prim.name != "sum" or eqn.out.dtype != torch.float32:
         return None
     exp = producers.get(id(eqn.args[0]))
-    if exp is None or exp.prim.name != "exp" or exp.out.dtype != torch.float32:
+    if exp is None or exp.prim.name not in ("exp", "softmax_exp") or exp.out.dtype != torch.float32:
         return None
     sub = producers.get(id(exp.args[0]))
     if sub is None or sub.prim.name != "sub" or not all(
@@ -104,7 +106,7 @@ def _online_sum(eqn, producers: dict, level: dict):
     same = a is peak.args[0] or (source is not None and source.prim.name == "convert_element_type"
                                  and source.args[0] is peak.args[0]
                                  and source.args[0].dtype.is_floating_point)   # to fp32: exact
-    return OnlineSum(peak, a, shift, broadcast, same)
+    return OnlineSum(peak, a, shift, broadcast, same, exp)
 
 
 def _finite_shift_of(shift, producers: dict):
