@@ -186,7 +186,7 @@ def test_reduced_loss_is_a_row_kernel_and_a_final_sum(reduction, classes):
 
 def test_a_long_row_is_read_once_and_its_scalars_once_per_row():
     """A row past ROW_LIMIT: one loop over its blocks holds the max, the log-sum-exp (online)
-    and nothing else; the target and its logit are loaded once per row, outside the loop (as
+    and nothing else, one load and no select per element; the target and its logit are loaded once per row, outside the loop (as
     [ROWS] tiles). Compiled for sm_90: every access at the width the analysis proved, and the
     loads narrower than 16 B are the per-row ones only (a few, not one per lane)."""
     g = torch.Generator().manual_seed(0)
@@ -200,6 +200,10 @@ def test_a_long_row_is_read_once_and_its_scalars_once_per_row():
     loop, _, after = loop.partition("\n    v")      # the loop's body: its indented lines
     assert rows.source.count("for col_start") == 1
     assert loop.count("tl.load(") == 1 and "tl.load(x_ptr" in loop
+    # outside the row the load gives the max's -inf itself (no select per element), and the
+    # terms are the exp2 instruction's
+    assert "other=float('-inf')" in loop and "tl.where(" not in loop.split("block's max")[0]
+    assert loop.count("libdevice.exp2(") == 2 and "libdevice.exp(" not in loop
     assert "[ROWS])" in after and "x_ptr" in after      # the target's logit: one per row
     for record in (rows, backward):
         assert record.vector_width == record.analysis_width

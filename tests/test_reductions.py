@@ -230,6 +230,26 @@ def test_rows_longer_than_a_block_are_looped_in_one_kernel(dtype, mode):
         assert_close_as_contract(out, fn(x), x.shape[-1])
 
 
+@settings(max_examples=10, deadline=None)
+@given(length=st.sampled_from([7, 300, 16385 + 1000]), sign=st.sampled_from([1.0, -1.0]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       mode=st.sampled_from(["constant values", "symbolic values"]))
+def test_a_loads_fill_outside_the_row_serves_every_reading_of_it(length, sign, dtype, mode):
+    """A max, a min and a sum of one load (its `other` outside the row is the first's neutral
+    value: the others fill their own), and a pad of it, whose padding is the load's 0: on rows of
+    one sign, where a lane outside the row holding another reduction's neutral value would win."""
+    def fn(x):
+        return (x.amax(-1) + x.amin(-1) * 2 + x.sum(-1) * 3,
+                F.pad(x, (0, 3)).amax(-1), F.pad(x, (2, 0)).amin(-1))
+    x = (sign * (torch.rand(3, length) + 0.5)).to(dtype)
+    out, kernels, jf = kernels_of(fn, x, mode=mode)
+    assert torch_reductions(jf) == []
+    if dtype == torch.float32:      # the max's fill is its load's
+        assert any("other=float('-inf')" in k.source for k in kernels), kernels[0].source
+    for got, expected in zip(out, fn(x)):
+        assert_close_as_contract(got, expected, length)
+
+
 def test_symbolic_row_lengths_compile_once():
     # every size is symbolic, the row's length too: the row is walked in blocks of COLS
     jf = ir.jit(residual_rms_norm, executors=["triton"], cache="symbolic values")

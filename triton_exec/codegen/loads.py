@@ -2,7 +2,9 @@
 literals for a tensor torch makes, runtime strides passed divided by their guarded divisor), int32
 or int64 offsets, the width the analysis allows and the guards it rests on (alignment, strides,
 the span below 2**31), inner dims read as one (`merged_view`) and, under pair tiling, both
-elements of a pair in one contiguous load split in registers. Functions take the kernel writer
+elements of a pair in one contiguous load split in registers, and the value a load gives
+outside the tile's domain, where a reduction needs its neutral value there (`filled_outside`).
+Functions take the kernel writer
 `w` (`triton_exec.codegen.writer`, which calls `load`); imports `kernel_types`, `lowered` and
 `narrow_tiles` from this package.
 """
@@ -337,3 +339,38 @@ def _data_ptr(example) -> int:
     """Base address of an example input; 0 (aligned) for a tensor torch allocates at run time."""
     return 0 if example.device.type == "meta" else example.data_ptr()
 
+
+
+def filled_outside(w, value: str, mask, fill: str) -> str:
+    """`value` with `fill` (a float literal: a reduction's neutral value) in the lanes outside
+    `mask`, the tile's domain: where `value` is a load masked by exactly `mask` (or its exact
+    fp32 widening), the load itself, its `other` made `fill` unless it is another value already;
+    else `tl.where(mask, value, fill)`. Lanes outside the domain are read by nothing but
+    reductions, each filling them itself, and masked stores: a load's `other` there is free
+    (a pad reads a load's `other=0` only inside the domain, under a narrower mask)."""
+    wide = w.narrow_tiles.get(value)     # a load of fp16/bf16 values, widened to fp32
+    line = _load_line(w, value, value if wide is None else wide.name, mask) if (
+        wide is None or not wide.negated) else None
+    if line is not None:
+        other = w.lines[line].split(", other=", 1)[1].split(")", 1)[0]
+        if other == fill or (other == "0" and fill == "0.0"):
+            return value
+        if other == "0":
+            old, new = w.lines[line], w.lines[line].replace(", other=0)", f", other={fill})", 1)
+            w.lines[line] = new
+            for access in w.accesses:
+                if access.line == old:
+                    access.line = new
+            return value
+    return w.let("v", f"tl.where({w.mask_name(mask)}, {value}, {fill})")
+
+
+def _load_line(w, value: str, name: str, mask) -> int | None:
+    """The index in `w.lines` of the line loading `name` (`value`, or the narrow tile `value`
+    widens) as a [ROWS, COLS] tile under exactly `mask`, if `value` is such a load."""
+    if not any(v == value and key[2] == mask and key[3] == w.shape == "[ROWS, COLS]"
+               for key, v in w.loaded.items()):
+        return None
+    start = f"{name} = tl.load("
+    return next((i for i in range(len(w.lines) - 1, -1, -1) if w.lines[i].startswith(start)),
+                None)

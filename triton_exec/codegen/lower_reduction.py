@@ -9,9 +9,10 @@ it. amax/amin propagate NaN as eager does (Triton's max/min drop it). Registers 
 import (`triton_exec.rules`); reductions over dims apart and empty rows are refused (torch runs
 them); a row past `ROW_LIMIT` or of runtime length is walked by loops (`ReductionLoop`; which
 reductions share one, and the online log-sum-exp: `row_loops`); a sum of where(arange == i, v,
-0) over a row is v at column i, one load per row (`_picked`). Imports `kernel_types`,
-`lower_elementwise` (the exp an online sum rescales with), `narrow_tiles`, `render` and
-`row_loops` from this package.
+0) over a row is v at column i, one load per row (`_picked`); lanes outside the row hold the
+reduction's neutral value (`loads.filled_outside`: a load's own `other` where it can). Imports
+`kernel_types`, `loads`, `lower_elementwise` (the exp an online sum rescales with),
+`narrow_tiles`, `render` and `row_loops` from this package.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import dataclasses
 from ir import IntProxy, prims
 from triton_exec import index, vectorize
 from triton_exec.codegen.kernel_types import COMPUTE_DTYPE
+from triton_exec.codegen.loads import filled_outside
 from triton_exec.codegen.lower_elementwise import UNARY_SRC
 from triton_exec.codegen.render import split_dependent
 from triton_exec.codegen.row_loops import one_hot_pick
@@ -130,8 +132,8 @@ def _reduce(w, eqn, idx, mask, path):
                 row_path)
     in_row = w.mask_name(w.row.in_domain)
     fn, neutral = REDUCE_SRC[name]
-    result = w.let("v", f"tl.reduce(tl.where({in_row}, {x}, {neutral}), 1, {fn}, keep_dims=True)",
-                   f"{name} over the row")
+    result = w.let("v", f"tl.reduce({filled_outside(w, x, w.row.in_domain, neutral)}, 1, {fn}, "
+                        f"keep_dims=True)", f"{name} over the row")
     if name != "sum":           # NaN wins, as in eager
         nan = w.let("v", f"tl.reduce(tl.where({in_row} & ({x} != {x}), 1, 0), 1, "
                          f"{REDUCE_SRC['amax'][0]}, keep_dims=True) > 0", "the row holds a NaN")
@@ -283,7 +285,7 @@ def _accumulated(loop, eqn):
     def accumulate():
         path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
         x = w.value(t, plan.input_index(eqn, idx), plan.tile.in_domain, path)
-        masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, {neutral})")
+        masked = filled_outside(w, x, plan.tile.in_domain, neutral)
         if name == "sum":
             update = f"{acc} + {masked}"
         else:       # NaN wins, as in eager (Triton's maximum/minimum may drop it)
@@ -318,7 +320,7 @@ def _running_max(loop, eqn):
     def accumulate():
         x = w.value(eqn.args[0], plan.input_index(eqn, idx), plan.tile.in_domain,
                     Path().through(row_of(eqn)[1][-1]))
-        masked = w.let("v", f"tl.where({w.mask_name(plan.tile.in_domain)}, {x}, float('-inf'))")
+        masked = filled_outside(w, x, plan.tile.in_domain, "float('-inf')")
         loop.masked[id(eqn.out)] = masked
         if not summed:
             w.lines.append(f"{nan} = {nan} | ({masked} != {masked})")
