@@ -162,6 +162,19 @@ def test_long_rows_match_eager(case):
     assert_close_as_contract(gx, ge, 4 * x.shape[-1])
 
 
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_long_rows_whose_max_is_below_minus_88_as_eager(mode):
+    """The online log-sum-exp starts at shift 0 (the max -inf so far): rescaling its empty sum
+    to a max below -88 overflows exp (0 * inf was NaN); the loss and gradient are eager's."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, LONG + 300, generator=g) - 200.0
+    x[1, :LONG] = -math.inf         # the running max -inf for a whole block, then below -88
+    t = torch.randint(LONG, LONG + 300, (3,), generator=g)
+    out, expected, leaf, ref = losses_match(x, t, "mean", 0.0, mode)
+    (gx,), (ge,) = torch.autograd.grad(out, leaf), torch.autograd.grad(expected, ref)
+    assert_close_as_contract(gx, ge, 4 * x.shape[-1])
+
+
 @pytest.mark.parametrize("classes", [300, LONG + 100])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_reduced_loss_is_a_row_kernel_and_a_final_sum(reduction, classes):

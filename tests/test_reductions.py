@@ -190,6 +190,50 @@ def test_edge_rows_as_eager(name, dtype):
     assert_close_as_contract(got[finite], expected[finite], 5)
 
 
+def long_edge_rows(length: int) -> torch.Tensor:
+    """The edge rows tiled to `length` (each value in every block of a looped row), and rows
+    whose edge comes late: +inf, NaN or a finite max after a block of finite values or -inf
+    (the running max turns infinite, or finite, between blocks)."""
+    tiled = torch.tensor(list(EDGE_ROWS.values())).repeat(1, -(-length // 5))[:, :length]
+    late = torch.randn(4, length, generator=torch.Generator().manual_seed(0))
+    late[0, -3], late[1, -3], late[2, :17000], late[3, -2] = math.inf, math.nan, -math.inf, 50.0
+    return torch.cat([tiled, late])
+
+
+def assert_edges_as_eager(got, expected, length):
+    assert torch.equal(got.isnan(), expected.isnan()), (got, expected)
+    assert torch.equal(got.isinf() & (got > 0), expected.isinf() & (expected > 0))
+    assert torch.equal(got.isinf() & (got < 0), expected.isinf() & (expected < 0))
+    finite = expected.isfinite()
+    assert_close_as_contract(got[finite], expected[finite], length)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+def test_long_edge_rows_as_eager_with_the_sum_in_the_max_loop(name, dtype):
+    """Rows past ROW_LIMIT: the sum of exp(x - max) is summed in its max's loop (online), so a
+    softmax reads the row twice (sum, outputs), a logsumexp once, with eager's NaN where the max
+    is infinite (inf - inf) and -inf, inf and NaN as eager's; gradients too."""
+    length = 16385 + 1000
+    x = long_edge_rows(length).clamp(torch.finfo(dtype).min, torch.finfo(dtype).max).to(dtype)
+    fn = program(name, "none", "none", False, False)
+    leaf, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, kernels, jf = kernels_of(fn, leaf)
+    expected = fn(ref)
+    forward = [k for k in kernels if k.direction == "forward"]
+    # eager's bf16 logsumexp rounds exp(x - max) to bf16 before summing: a loop of its own
+    online = dtype == torch.float32 or name != "logsumexp"
+    assert [k.source.count("for col_start") for k in forward] == [
+        (1 if name == "logsumexp" else 2) if online else 2], forward[0].source
+    assert_edges_as_eager(got.detach(), expected.detach(), length)
+    g = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    (gx,), (ge,) = torch.autograd.grad(got, leaf, g), torch.autograd.grad(expected, ref, g)
+    # logsumexp's gradient is exp(x - max) / sum, eager's exp(x - result): apart where the
+    # result rounds log(sum) away (|x| near fp32's max; README: Numerical contract)
+    rows = x.abs().amax(-1) < 1e30 if name == "logsumexp" else slice(None)
+    assert_edges_as_eager(gx[rows] / 2, ge[rows] / 2, 4 * length)
+
+
 @pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
 def test_empty_reductions_as_eager(mode):
     x = torch.randn(3, 0)

@@ -352,6 +352,8 @@ def _online_sum(loop, eqn, found, total):
         row_at = list(at[:len(idx)]) + [index.Const(0)] * (found.shift.ndim - len(idx))
         outside, w.shape = w.shape, "[ROWS, 1]"
         grown = w.value(found.shift, row_at, mask, Path().broken())
+        if found.raw:       # summed at the finite shift; `finish` makes it NaN off the finite
+            grown = w.let("v", f"tl.where(tl.abs({grown}) == float('inf'), 0.0, {grown})")
         w.shape = outside
         w.memo[(id(found.broadcast), tuple(at), mask, w.shape)] = grown
         if found.same_values:   # the max's masked input: exp(-inf - finite shift) = 0 off the row
@@ -359,14 +361,21 @@ def _online_sum(loop, eqn, found, total):
         e = w.value(eqn.args[0], at, mask, Path().through(row_of(eqn)[1][-1]))
         if not found.same_values:
             e = f"tl.where({w.mask_name(mask)}, {e}, 0.0)"
+        # a sum still 0 (the max -inf so far, its shift 0) stays 0 whatever the rescale: from
+        # shift 0 to a max below -88, exp overflows (0 * inf would be NaN)
         rescale = UNARY_SRC[found.exp.prim.name].format(f"({shift} - {grown})")
-        w.lines.append(f"{total} = {total} * {rescale} + tl.reduce("
-                       f"{e}, 1, {REDUCE_SRC['sum'][0]}, keep_dims=True)  "
+        w.lines.append(f"{total} = tl.where({total} == 0.0, 0.0, {total} * {rescale}) + "
+                       f"tl.reduce({e}, 1, {REDUCE_SRC['sum'][0]}, keep_dims=True)  "
                        f"# rescaled to the grown max's shift")
         loop.updates.append(f"{shift} = {grown}")
 
     def finish():
-        _record(w, eqn, idx, total)
+        result = total
+        if found.raw:       # eager's sum of exp(a - max): inf - inf where the max is infinite
+            peak = plan.results[(id(found.peak.out), tuple(idx))]
+            result = w.let("v", f"tl.where(tl.abs({peak}) == float('inf'), float('nan'), "
+                                f"{total})", "NaN where the max is infinite, as eager's")
+        _record(w, eqn, idx, result)
     return accumulate, finish
 
 

@@ -3,8 +3,10 @@
 row. Reductions that read no other reduction of the group share the first loop; one that reads
 others runs in a loop after theirs. A sum of `exp(a - shift)`, where `a` reads no reduction and
 `shift` is a row's max with an infinite max replaced by 0 (`logsumexp`'s and cross_entropy's
-`where(abs(max) == inf, 0, max)`), joins the loop of its max (`OnlineSum`: an online
-log-sum-exp, rescaled as the max grows), so a cross-entropy row is read once; a sum of
+`where(abs(max) == inf, 0, max)`) or the max itself (softmax's and log_softmax's: NaN where the
+max is infinite, as eager's `inf - inf`), joins the loop of its max (`OnlineSum`: an online
+log-sum-exp, rescaled as the max grows), so a cross-entropy row is read once and a softmax row
+twice (the sum, then the outputs); a sum of
 where(arange == i, v, 0) (`Pick`: the target's logit) needs no loop, it is v at column i, one
 load per row (in any row plan: `lower_reduction`). Planning only: `lower_reduction`'s
 `reduce_in_one_loop` lowers each loop.
@@ -34,6 +36,8 @@ class OnlineSum:
                             # and reads the max's masked tile (-inf off the row: exp gives 0)
     exp: object             # the exp's equation (`exp`, or the softmax family's `softmax_exp`),
                             # whose function also rescales the running sum
+    raw: bool = False       # the shift is the max itself, not its finite form: the sum is
+                            # summed at the finite shift, and is NaN where the max is not finite
 
 
 def plan_loops(reductions: list, producers: dict) -> list:
@@ -78,7 +82,7 @@ def _reductions_read(value, producers: dict) -> set:
 
 
 def _online_sum(eqn, producers: dict, level: dict):
-    """The OnlineSum of a sum of exp(a - finite shift of a max) in fp32, else None."""
+    """The OnlineSum of a sum of exp(a - a max, or its finite shift) in fp32, else None."""
     if eqn.prim.name != "sum" or eqn.out.dtype != torch.float32:
         return None
     exp = producers.get(id(eqn.args[0]))
@@ -95,7 +99,9 @@ def _online_sum(eqn, producers: dict, level: dict):
     spread = producers.get(id(shift))
     if spread is not None and spread.prim.name == "broadcast_in_dim":
         shift = spread.args[0]
-    peak = _finite_shift_of(shift, producers)
+    peak, raw = _finite_shift_of(shift, producers), False
+    if peak is None and shift.dtype == torch.float32:
+        peak, raw = _max_through_views(shift, producers), True
     if peak is None or id(peak.out) not in level or peak.params["dims"] != eqn.params["dims"]:
         return None
     outer = eqn.args[0].ndim - len(eqn.params["dims"])
@@ -106,7 +112,7 @@ def _online_sum(eqn, producers: dict, level: dict):
     same = a is peak.args[0] or (source is not None and source.prim.name == "convert_element_type"
                                  and source.args[0] is peak.args[0]
                                  and source.args[0].dtype.is_floating_point)   # to fp32: exact
-    return OnlineSum(peak, a, shift, broadcast, same, exp)
+    return OnlineSum(peak, a, shift, broadcast, same, exp, raw)
 
 
 def _finite_shift_of(shift, producers: dict):
@@ -124,6 +130,12 @@ def _finite_shift_of(shift, producers: dict):
     magnitude = producers.get(id(test.args[0]))
     if magnitude is None or magnitude.prim.name != "abs" or magnitude.args[0] is not p:
         return None
+    return _max_through_views(p, producers)
+
+
+def _max_through_views(p, producers: dict):
+    """The amax equation of p, a reshape or float convert of the max (one value per row); else
+    None."""
     eqn = producers.get(id(p))
     while eqn is not None and eqn.prim.name in ("reshape", "convert_element_type"):
         if eqn.prim.name == "convert_element_type" and not eqn.args[0].dtype.is_floating_point:
