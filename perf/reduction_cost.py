@@ -16,6 +16,9 @@ issued`), both code paths of a branch counted (Liger's cross-entropy zeroes an i
 gradient in a loop of its own: 17 SASS, counted with the others).
 
     python perf/reduction_cost.py            # slow: a few minutes of offline compiles
+    python perf/reduction_cost.py "rms forward" "cross-entropy forward"     # some cases
+
+`python perf/static_cost.py` prints these tables too, after its RoPE and pad/cat ones.
 """
 from __future__ import annotations
 
@@ -275,7 +278,6 @@ def liger_rows_apart(key: str) -> list[Row]:
 
 
 def main(argv=None) -> dict:
-    import triton
     argv = list(argv or ())
     if argv[:1] == ["--liger"]:     # the child of `liger_rows_apart`
         rows = liger_rows(liger_ops("rms_norm", "fused_add_rms_norm", "swiglu", "cross_entropy"),
@@ -284,11 +286,17 @@ def main(argv=None) -> dict:
                           for r in rows]))
         return {}
     only = set(argv)
+    return print_tables(lambda name, key: not only or key in only)
+
+
+def print_tables(keep) -> dict:
+    """Prints the table of each case that `keep(name, key)` keeps; {name: rows}."""
+    import triton
     print(f"# Reductions: static cost per program, sm_90 offline (Triton {triton.__version__}, "
           f"torch {torch.__version__}), ours against Liger-Kernel, bf16\n")
     results = {}
     for name, key, fn, args, backward in cases():
-        if only and key not in only:
+        if not keep(name, key):
             continue
         rows = ours(fn, args, backward) + liger_rows_apart(key)
         results[name] = rows

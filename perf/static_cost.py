@@ -5,9 +5,16 @@ straightforward hand-written Triton kernel for the same function at the same til
 ideal global bytes a program moves, bytes per warp-instruction (an H200 is issue-bound below
 ~5-8), registers per thread and spill bytes, and the PTX access widths.
 
-    python perf/static_cost.py            # the seed RoPE, Llama-3-8B RoPE, perf/padcat.py's cases
+    python perf/static_cost.py            # the seed RoPE, Llama-3-8B RoPE, perf/padcat.py's cases,
+                                          # then the reductions (perf/reduction_cost.py)
     python perf/static_cost.py --quick    # tiny seed RoPE (forward, backward), a pad (the suite)
     python perf/static_cost.py --case NHWC --case "'same'"   # the cases whose names hold these
+    python perf/static_cost.py --case RMSNorm --case cross-entropy    # some reductions
+
+The reductions (RMSNorm forward and backward, residual add + RMSNorm, SwiGLU forward and
+backward, cross-entropy over 128,256 classes at Llama-3-8B shapes, bf16, against Liger-Kernel's
+`rms_norm`, `fused_add_rms_norm`, `swiglu` and `cross_entropy` kernels) are
+`perf/reduction_cost.py`'s tables, printed after these (not with `--quick`).
 
 Our kernels are built by calling the jitted function on CPU tensors of the case's size with every
 launch replaced by a no-op (`triton_exec.launch.noop_launches()`: only shapes and strides matter
@@ -431,6 +438,10 @@ def main(argv=None) -> dict:
         rows = measure(case)
         results[case.name] = rows
         print("\n".join(table(case, rows)), flush=True)
+    if not ns.quick:
+        import reduction_cost       # it imports this module's helpers
+        results.update(reduction_cost.print_tables(
+            lambda name, key: not ns.case or any(text in name for text in ns.case)))
     return results
 
 
