@@ -16,7 +16,8 @@ import ir
 from ir.prims import Prim
 from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
-from triton_exec import autotune, cost, fusion, horizontal, launch, offline, strided
+from triton_exec import (autotune, cost, fusion, horizontal, launch, offline, split_reductions,
+                         strided)
 from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
 
 log = logging.getLogger("triton_exec")
@@ -160,6 +161,7 @@ class TritonExecutor(ir.Executor):
         return fusion.device_claimable(tensor.device)
 
     def fusion_pass(self, trace, ctx):
+        trace = split_reductions.split(trace)   # column sums of many rows: two levels
         groups = fusion.partition(trace)
         if not groups:
             return trace

@@ -1,0 +1,134 @@
+"""Column reductions split in two levels where a few programs would each reduce many rows.
+
+The column plan (`codegen.column_reduction`) gives a reduction over a run of dims before the
+innermost one program per block of `COLUMN_BLOCK` kept columns (and index of the dims before the
+run), looping over every reduced row: RMSNorm's weight gradient over 4096 tokens of 4096 columns is
+16 programs on a GPU of 132 SMs. This pass, run before partitioning, rewrites such a reduction as
+a reduction over chunks of the rows and one over the chunks' partial results:
+
+    t5 = prims.sum(t4, dims=(0,))                  # t4: bf16[4096, 4096], t5: bf16[4096]
+
+becomes
+
+    t5_f32 = prims.convert_element_type(t4, dtype=torch.float32)
+    t5_chunks = prims.reshape(t5_f32, (16, 256, 4096))
+    t5_partial = prims.sum(t5_chunks, dims=(1,))   # f32[16, 4096]: 16 x 16 programs
+    t5_total = prims.sum(t5_partial, dims=(0,))    # f32[4096]
+    t5 = prims.convert_element_type(t5_total, dtype=torch.bfloat16)
+
+The first sum is a column plan whose chunk dim is a dim before the run (one program per chunk and
+block of columns), fused with t4's producers; the second a small column plan, fused with the ops
+after t5. No atomics: the result does not depend on the launch. An fp16/bf16 sum's partials are
+fp32 and the total is rounded once, as the whole sum is (ATen's accumulate type); amax/amin's
+partials keep the dtype (exact), and are split only where their result needs no gradient (a
+differentiable unit per fusion group, `ir.autodiff`, would split a tie's gradient per chunk). A
+reduced dim splits where it divides (`chunking`); a reduction with a runtime size ("symbolic
+values") is left whole.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ir import Eqn, TensorProxy, prims
+from ir.trace import iter_vars
+from triton_exec import fusion
+from triton_exec.codegen.lower_reduction import columns_of, over_columns
+from triton_exec.launch import COLUMN_BLOCK
+
+SMS = 132                       # streaming multiprocessors of an H100 / H200
+PROGRAMS_WANTED = 2 * SMS       # programs of the first level, where the rows allow
+MIN_CHUNK_ROWS = 256            # rows a program of the first level reduces at least
+# elements (rows x its columns) a program of the whole column plan must reduce for a second
+# launch to pay: below, the rows are few enough for the programs there are
+MIN_PROGRAM_ELEMENTS = 1 << 18
+
+
+def column_programs(outer, kept) -> int:
+    """The programs of the whole column plan (its launch config's at most `COLUMN_BLOCK`
+    columns per program, `launch._column_config`)."""
+    return math.prod(outer) * -(-math.prod(kept) // COLUMN_BLOCK)
+
+
+def chunking(outer, reduced, kept) -> tuple[int, int] | None:
+    """Where a column reduction of these static sizes splits: (k, a), the chunks indexed by the
+    reduced dims before k and `a` parts of dim k (a divisor of it; 1: dim k whole in each
+    chunk), each chunk the rest of the rows; or None, kept whole: the plan has as many programs
+    as SMs, or each reduces fewer than `MIN_PROGRAM_ELEMENTS`, or no split leaves
+    `MIN_CHUNK_ROWS` rows in each of two chunks or more. Of the others, the fewest chunks that
+    give `PROGRAMS_WANTED` programs, else the most. [4096, 4096] summed over dim 0: (0, 16),
+    256 programs of 256 rows; [4, 2048, 64] over (0, 1): (1, 8), 32 programs of 256 rows."""
+    rows, programs = math.prod(reduced), column_programs(outer, kept)
+    if programs >= SMS or rows * min(math.prod(kept), COLUMN_BLOCK) < MIN_PROGRAM_ELEMENTS:
+        return None
+    fitting = sorted((math.prod(reduced[:k]) * a, k, a) for k, n in enumerate(reduced)
+                     for a in _divisors(n) if a < n)
+    fitting = [c for c in fitting if c[0] >= 2 and rows // c[0] >= MIN_CHUNK_ROWS]
+    if not fitting:
+        return None
+    _, k, a = next((c for c in fitting if programs * c[0] >= PROGRAMS_WANTED), fitting[-1])
+    return k, a
+
+
+def _divisors(n: int) -> list:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in small if d * d != n]
+
+
+def split(trace):
+    """The trace with each column reduction that `chunking` splits written in two levels (see
+    the module); the trace itself where none is."""
+    names = {v.name for v in iter_vars((trace.inputs, [(e.args, e.params, e.outs)
+                                                        for e in trace.eqns]))}
+    eqns = []
+    for eqn in trace.eqns:
+        eqns.extend(_two_levels(eqn, names) or [eqn])
+    if len(eqns) == len(trace.eqns):
+        return trace
+    return trace.replace(eqns=tuple(eqns))
+
+
+def _two_levels(eqn, names: set) -> list | None:
+    """The equations computing `eqn`'s result in two levels, or None where it stays whole."""
+    if eqn.prim not in prims.REDUCTIONS or not over_columns(eqn) or not fusion.fusible(eqn):
+        return None
+    x, out = eqn.args[0], eqn.out
+    if (not x.dtype.is_floating_point or not all(isinstance(s, int) for s in x.shape)
+            or (eqn.prim is not prims.sum_ and out.requires_grad)):
+        return None
+    outer, reduced, kept = columns_of(eqn)
+    where = chunking(outer, reduced, kept)
+    if where is None:
+        return None
+    k, a = where
+    heads = (*reduced[:k], a) if a > 1 else reduced[:k]     # the chunk's index
+    rest = (reduced[k] // a, *reduced[k + 1:])              # the rows of one chunk
+    narrow = eqn.prim is prims.sum_ and x.dtype in (torch.float16, torch.bfloat16)
+    acc = torch.float32 if narrow else x.dtype
+
+    def value(suffix, shape, dtype=acc):
+        name = f"{out.name}_{suffix}"
+        while name in names:
+            name += "_"
+        names.add(name)
+        return TensorProxy(name, shape, dtype, out.device, out.requires_grad)
+
+    found = []
+    if narrow:
+        found.append(Eqn(prims.convert_element_type, (x,), {"dtype": acc},
+                         (value("f32", x.shape),)))
+    shape = (*outer, *heads, *rest, *kept)
+    if shape != tuple(x.shape):
+        found.append(Eqn(prims.reshape, (found[-1].out if found else x, shape), {},
+                         (value("chunks", shape),)))
+    n = len(outer) + len(heads)
+    partial = value("partial", (*outer, *heads, *kept))
+    found.append(Eqn(eqn.prim, (found[-1].out if found else x,),
+                     {**eqn.params, "dims": tuple(range(n, n + len(rest)))}, (partial,)))
+    total = value("total", out.shape) if narrow else out
+    found.append(Eqn(eqn.prim, (partial,),
+                     {**eqn.params, "dims": tuple(range(len(outer), n))}, (total,)))
+    if narrow:
+        found.append(Eqn(prims.convert_element_type, (total,), {"dtype": out.dtype}, (out,)))
+    return found
