@@ -114,6 +114,21 @@ def test_rms_norm_weight_gradient_is_split_as_eager(shape, dtype, whole_backward
     assert CHUNKS in backward and 1 in backward and max(backward) == CHUNKS
 
 
+def test_sibling_splits_merge():
+    """A layer norm's weight and bias gradients: both levels of both sums in one kernel each."""
+    def fn(x, w, b):
+        return F.layer_norm(x, x.shape[-1:], w, b)
+    args = [_tensor(s, torch.float32, k) for k, s in enumerate([(ROWS, 64), (64,), (64,)])]
+    leaves = [t.clone().requires_grad_() for t in args]
+    refs = [t.clone().requires_grad_() for t in args]
+    jf = ir.jit(fn, executors=["triton"])
+    g = _tensor((ROWS, 64), torch.float32, 3)
+    for a, e in zip(torch.autograd.grad(jf(*leaves), leaves, g),
+                    torch.autograd.grad(fn(*refs), refs, g)):
+        assert_gradient_close(a, e, ROWS)
+    assert [cost.programs(k) for k in column_kernels(jf, "backward")] == [CHUNKS, 1]
+
+
 @pytest.mark.parametrize("shape, mode, needs_grad", [
     ((512, 64), "constant values", False),          # few rows
     ((ROWS, 8), "constant values", False),          # few elements per program

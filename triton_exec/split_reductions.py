@@ -78,19 +78,37 @@ def _divisors(n: int) -> list:
 
 def split(trace):
     """The trace with each column reduction that `chunking` splits written in two levels (see
-    the module); the trace itself where none is."""
+    the module); the trace itself where none is. The second level, with the views of its
+    result, goes just before the first other reader of the result, so that those of sibling
+    reductions (a layer norm's weight and bias gradients, each reshaped) are adjacent and merge
+    into one kernel (`triton_exec.horizontal`), as their first levels do."""
     names = {v.name for v in iter_vars((trace.inputs, [(e.args, e.params, e.outs)
                                                         for e in trace.eqns]))}
-    eqns = []
+    eqns, pending = [], []      # (ids of the values, equations) of each second level
     for eqn in trace.eqns:
-        eqns.extend(_two_levels(eqn, names) or [eqn])
-    if len(eqns) == len(trace.eqns):
+        reads = {id(v) for v in eqn.input_vars()}
+        due = [p for p in pending if p[0] & reads]
+        if due and fusion.is_view(eqn) and len(due) == 1:
+            due[0][0].update(id(o) for o in eqn.outs)
+            due[0][1].append(eqn)
+            continue
+        for p in due:
+            pending.remove(p)
+            eqns.extend(p[1])
+        found = _two_levels(eqn, names)
+        if found is None:
+            eqns.append(eqn)
+        else:
+            eqns.extend(found[0])
+            pending.append(({id(eqn.out)}, found[1]))
+    if len(eqns) == len(trace.eqns) and not pending:      # nothing split
         return trace
-    return trace.replace(eqns=tuple(eqns))
+    return trace.replace(eqns=tuple(eqns + [e for _, second in pending for e in second]))
 
 
-def _two_levels(eqn, names: set) -> list | None:
-    """The equations computing `eqn`'s result in two levels, or None where it stays whole."""
+def _two_levels(eqn, names: set) -> tuple | None:
+    """The equations computing `eqn`'s result in two levels (the partial reductions, then the
+    reduction of the partials), or None where it stays whole."""
     if eqn.prim not in prims.REDUCTIONS or not over_columns(eqn) or not fusion.fusible(eqn):
         return None
     x, out = eqn.args[0], eqn.out
@@ -114,7 +132,7 @@ def _two_levels(eqn, names: set) -> list | None:
         names.add(name)
         return TensorProxy(name, shape, dtype, out.device, out.requires_grad)
 
-    found = []
+    found, second = [], []
     if narrow:
         found.append(Eqn(prims.convert_element_type, (x,), {"dtype": acc},
                          (value("f32", x.shape),)))
@@ -127,8 +145,8 @@ def _two_levels(eqn, names: set) -> list | None:
     found.append(Eqn(eqn.prim, (found[-1].out if found else x,),
                      {**eqn.params, "dims": tuple(range(n, n + len(rest)))}, (partial,)))
     total = value("total", out.shape) if narrow else out
-    found.append(Eqn(eqn.prim, (partial,),
-                     {**eqn.params, "dims": tuple(range(len(outer), n))}, (total,)))
+    second.append(Eqn(eqn.prim, (partial,),
+                      {**eqn.params, "dims": tuple(range(len(outer), n))}, (total,)))
     if narrow:
-        found.append(Eqn(prims.convert_element_type, (total,), {"dtype": out.dtype}, (out,)))
-    return found
+        second.append(Eqn(prims.convert_element_type, (total,), {"dtype": out.dtype}, (out,)))
+    return found, second
