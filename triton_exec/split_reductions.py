@@ -125,28 +125,28 @@ def _two_levels(eqn, names: set) -> tuple | None:
     narrow = eqn.prim is prims.sum_ and x.dtype in (torch.float16, torch.bfloat16)
     acc = torch.float32 if narrow else x.dtype
 
-    def value(suffix, shape, dtype=acc):
+    def value(suffix, shape):       # a new value of the accumulate type, named after out
         name = f"{out.name}_{suffix}"
         while name in names:
             name += "_"
         names.add(name)
-        return TensorProxy(name, shape, dtype, out.device, out.requires_grad)
+        return TensorProxy(name, shape, acc, out.device, out.requires_grad)
 
-    found, second = [], []
+    first, second = [], []
     if narrow:
-        found.append(Eqn(prims.convert_element_type, (x,), {"dtype": acc},
+        first.append(Eqn(prims.convert_element_type, (x,), {"dtype": acc},
                          (value("f32", x.shape),)))
     shape = (*outer, *heads, *rest, *kept)
     if shape != tuple(x.shape):
-        found.append(Eqn(prims.reshape, (found[-1].out if found else x, shape), {},
+        first.append(Eqn(prims.reshape, (first[-1].out if first else x, shape), {},
                          (value("chunks", shape),)))
     n = len(outer) + len(heads)
     partial = value("partial", (*outer, *heads, *kept))
-    found.append(Eqn(eqn.prim, (found[-1].out if found else x,),
+    first.append(Eqn(eqn.prim, (first[-1].out if first else x,),
                      {**eqn.params, "dims": tuple(range(n, n + len(rest)))}, (partial,)))
     total = value("total", out.shape) if narrow else out
     second.append(Eqn(eqn.prim, (partial,),
                       {**eqn.params, "dims": tuple(range(len(outer), n))}, (total,)))
     if narrow:
         second.append(Eqn(prims.convert_element_type, (total,), {"dtype": out.dtype}, (out,)))
-    return found, second
+    return first, second
