@@ -32,7 +32,8 @@ _NARROW = (torch.float16, torch.bfloat16)
 
 
 # Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after); an
-# executor may fuse those it can (over the innermost dims), torch runs the others.
+# executor may fuse those it can (over the innermost dims or a run before them), torch runs the
+# others.
 def _reduced_meta(t, *, dims):
     return _same(t, shape=[s for d, s in enumerate(t.shape) if d not in dims])
 
@@ -158,7 +159,7 @@ def logsumexp(input, dim, keepdim=False):
     if not decomposed(input) or input.ndim == 0:
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     dims = _dims(input, dim)
-    if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
+    if dims != tuple(range(dims[0], dims[-1] + 1)):     # not one run of dims
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     if any(hint(input.shape[d]) == 0 for d in dims):
         return HANDLERS[torch.log](reduce(sum_p, HANDLERS[torch.exp](input), dims, keepdim))
