@@ -140,6 +140,8 @@ def _softmax_like(fn, log: bool):
             return opaque(fn, (input, dim), {"dtype": dtype} if dtype is not None else {})
         x = convert(input, dtype) if dtype is not None else input
         out_dtype = x.dtype
+        if hint(x.shape[_dim(dim, x.ndim)]) == 0:   # nothing to normalize: an empty result
+            return convert(HANDLERS[torch.exp](x), out_dtype)
         shifted, exp, total = _softmax_parts(_upcast(x), dim)
         result = (HANDLERS[torch.sub](shifted, HANDLERS[torch.log](total)) if log
                   else HANDLERS[torch.div](exp, total))

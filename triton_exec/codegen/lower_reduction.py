@@ -172,8 +172,16 @@ class ReductionLoop:
 
     tile: object                # the plan's `tile_plan.Tile`
     over: str                   # "rows" or "cols": the index the loops walk
-    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> reduced tile
+    results: dict = dataclasses.field(default_factory=dict)  # `key` -> reduced tile
     capturing: bool = False     # inside a loop
+
+    @staticmethod
+    def key(eqn, idx) -> tuple:
+        """The key of the reduction's result at output index idx in `results`: index 0 along a
+        dim of size 1 (read through a broadcast as 0, computed at the tile's index: the same
+        value wherever the stores' masks let it through)."""
+        return id(eqn.out), tuple(index.Const(0) if isinstance(s, int) and s == 1 else i
+                                  for i, s in zip(idx, eqn.out.shape))
 
     @property
     def axis(self) -> int:
@@ -222,7 +230,7 @@ def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
 def _reduce_looped(w, eqn, idx):
     """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): computed by
     the loop that `reduce_in_one_loop` makes for it alone, unless a loop computed it before."""
-    plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
+    plan, key = w.reduction_loop, ReductionLoop.key(eqn, idx)
     if key not in plan.results:
         assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
         reduce_in_one_loop(w, [eqn], [], idx)
@@ -327,7 +335,7 @@ def _running_max(loop, eqn):
         block = w.let("v", f"tl.reduce({masked}, 1, {REDUCE_SRC['amax'][0]}, keep_dims=True)",
                       "the block's max")
         grown = w.let("v", f"tl.maximum({peak}, {block})")
-        plan.results[(id(eqn.out), tuple(idx))] = grown     # read by the sums' shifts
+        plan.results[plan.key(eqn, idx)] = grown      # read by the sums' shifts
         loop.updates.append(f"{peak} = {grown}")
 
     def finish():
@@ -374,7 +382,7 @@ def _record(w, eqn, idx, result) -> None:
     """Records the loop's result of a reduction, rounded once where its dtype is fp16/bf16."""
     if eqn.out.dtype in COMPUTE_DTYPE:
         result = rounded_tile(w, result, eqn.out.dtype)
-    w.reduction_loop.results[(id(eqn.out), tuple(idx))] = result
+    w.reduction_loop.results[ReductionLoop.key(eqn, idx)] = result
 
 
 register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,
