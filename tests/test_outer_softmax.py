@@ -132,7 +132,7 @@ def test_edge_slices_as_eager(op, dtype):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("shape", [(3, 0, 4), (0, 5, 4), (3, 5, 0)])
+@pytest.mark.parametrize("shape", [(3, 0, 4), (0, 5, 4), (3, 5, 0), (3, 0)])
 def test_empty_dims_as_eager(shape, mode):
     x = torch.randn(shape)
     for op in sorted(OPS):

@@ -6,8 +6,10 @@ index of the dims before the run; each reduction loops over the reduced rows in 
 (`lower_reduction.ReductionLoop`), computing its fused producers there, and the ops after the
 reductions run on [1, COLS] tiles. The tile's domain is [reduced dims..., kept columns]; every
 output has the kept shape (keepdim or not: `triton_exec.row_groups`), or copies a permute of a
-value of that shape, stored at its index permuted. One program reduces every row of its columns, so the result does
-not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
+value of that shape, stored at its index permuted, or has the reduced input's shape (softmax
+over an outer dim), computed and stored by one more loop over the rows (`_store_rows`). One
+program reduces every row of its columns, so the result does not depend on the launch
+(deterministic, no atomics). Imports `analysis`, `assembly`,
 `lowered`, `render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
 """
 from __future__ import annotations
