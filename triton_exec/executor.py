@@ -18,6 +18,7 @@ from ir.proxies import IntProxy, hint
 from ir.trace import Eqn, render_eqn
 from triton_exec import autotune, cost, fusion, horizontal, launch, offline, strided
 from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
+from triton_exec.codegen.lower_reduction import refusal
 
 log = logging.getLogger("triton_exec")
 
@@ -156,8 +157,9 @@ class TritonExecutor(ir.Executor):
         self.vectorize = vectorize
         self.name = name
 
-    def decomposes(self, tensor) -> bool:
-        return fusion.device_claimable(tensor.device)
+    def decomposes(self, tensor, dims: tuple = ()) -> bool:
+        return fusion.device_claimable(tensor.device) and (
+            not dims or refusal("amax", tuple(tensor.shape), dims) is None)
 
     def fusion_pass(self, trace, ctx):
         groups = fusion.partition(trace)
