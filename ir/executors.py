@@ -56,10 +56,12 @@ class Executor:
     def fusion_pass(self, trace: Trace, ctx: CompileContext) -> Trace:
         return trace
 
-    def decomposes(self, tensor) -> bool:
+    def decomposes(self, tensor, dims: tuple = ()) -> bool:
         """Whether this executor fuses the decompositions of composite ops (softmax, the norms,
-        cross_entropy: `ir/reductions.py`) on this tensor; where no executor does, the trace
-        keeps eager's own op, so the torch executor runs it bit for bit as eager."""
+        cross_entropy: `ir/reductions.py`) on this tensor; with `dims`, those of the softmax
+        family over these dims (sorted), whose max and sum it must fuse too. Where no executor
+        does, the trace keeps eager's own op, so the torch executor runs it bit for bit as
+        eager."""
         return False
 
     def refusal(self, eqn: Eqn) -> tuple[str, str]:

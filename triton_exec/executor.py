@@ -19,6 +19,7 @@ from ir.trace import Eqn, render_eqn
 from triton_exec import (autotune, cost, fusion, horizontal, launch, offline, split_reductions,
                          strided)
 from triton_exec.codegen import KERNEL_OPTIONS, Lowered, lower_group
+from triton_exec.codegen.lower_reduction import refusal
 
 log = logging.getLogger("triton_exec")
 
@@ -157,8 +158,9 @@ class TritonExecutor(ir.Executor):
         self.vectorize = vectorize
         self.name = name
 
-    def decomposes(self, tensor) -> bool:
-        return fusion.device_claimable(tensor.device)
+    def decomposes(self, tensor, dims: tuple = ()) -> bool:
+        return fusion.device_claimable(tensor.device) and (
+            not dims or refusal("amax", tuple(tensor.shape), dims) is None)
 
     def fusion_pass(self, trace, ctx):
         trace = split_reductions.split(trace)   # column sums of many rows: two levels

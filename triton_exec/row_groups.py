@@ -4,11 +4,13 @@ reductions share their outer dims and their row, and its root has the row's shap
 reduced one (keepdim or not); a group with reductions over a run of dims before the innermost
 is lowered one block of columns per program (`triton_exec.codegen.column_reduction`), so its
 reductions share their kept and reduced dims, and its root has the kept shape (keepdim or not),
-or copies a permute of a value of that shape (stored permuted). The two kinds never share
-a group. A row plan computes every value of the row's shape at the tile's (rows, columns), so a
-row reduction whose kept dims reach the trailing (column) dims of a value of the row's shape
-downstream of it in the group (through a permute: ConvNeXt's LayerNorm2d backward permuted back
-to NCHW) would be asked for rows that vary along the columns: it does not join (`_rows_stay_rows`).
+copies a permute of a value of that shape (stored permuted), or has the reduced value's shape
+(softmax over an outer dim). The two kinds never share a group. A row plan computes every value
+of the row's shape at the tile's (rows, columns), so a row reduction whose kept dims reach the
+trailing (column) dims of a value of the row's shape downstream of it in the group (through a
+permute: ConvNeXt's LayerNorm2d backward permuted back to NCHW) would be asked for rows that vary
+along the columns: it does not join; nor does a column reduction whose kept dims move in such a
+value (`_kept_dims_stay`).
 A reduction that does not fit the group of its consumers starts a group of its own; a
 group with reductions is never merged with a sibling.
 A value of one per row of the row reductions it reads, which nothing else reads
@@ -49,10 +51,13 @@ def _split(eqn) -> tuple:
 
 
 def _fits_column_root(root_shape, outer, reduced, inner) -> bool:
+    """The kept shape (keepdim or not), or the reduced value's own shape (softmax over an outer
+    dim: stored by a last loop over the rows)."""
     n = len(root_shape) - len(outer) - len(inner)
+    middle = root_shape[len(outer):len(outer) + n]
     return n in (0, len(reduced)) and same_shape(root_shape[:len(outer)], outer) and same_shape(
-        root_shape[len(root_shape) - len(inner):], inner) and all(
-        isinstance(s, int) and s == 1 for s in root_shape[len(outer):len(outer) + n])
+        root_shape[len(root_shape) - len(inner):], inner) and (
+        all(isinstance(s, int) and s == 1 for s in middle) or same_shape(middle, reduced))
 
 
 def _dims_into(eqn, arg, dims: dict) -> dict:
@@ -79,27 +84,31 @@ def _dims_into(eqn, arg, dims: dict) -> dict:
     return dict(dims) if out is not None and out.ndim == arg.ndim else {}
 
 
-def _rows_stay_rows(trace, eqn, members: list) -> bool:
-    """Whether the kept dims of the row reduction `eqn` stay outer dims in every value of the
-    row's shape downstream of it among the members (a row plan computes such a value at the
-    tile's columns: one reached through a permute would need the reduction of rows that vary
-    along the columns)."""
-    outer, reduced = row_of(eqn)
+def _kept_dims_stay(trace, eqn, members: list) -> bool:
+    """Whether the kept dims of the reduction `eqn` stay where a plan computes them in every
+    value of its input's rank downstream of it among the members: a row plan computes such a
+    value at the tile's columns, so a kept dim reached through a permute at a column would need
+    the reduction of rows that vary along the columns; a column plan computes it in a loop over
+    the rows (`column_reduction`), so each kept dim must stay at its own position (else the
+    reduction is asked for at another index inside that loop)."""
+    t, dims = eqn.args[0], eqn.params["dims"]
+    kept = [d for d in range(t.ndim) if d not in dims]
+    columns = over_columns(eqn)
     # a kept dim of size 1 varies along nothing: it may land anywhere
-    tracked = {id(eqn.out): {k: k for k in range(len(outer)) if hint(outer[k]) != 1}}
+    tracked = {id(eqn.out): {k: d for k, d in enumerate(kept) if hint(t.shape[d]) != 1}}
     for i in sorted(members):
         e = trace.eqns[i]
         if e.out is None:
             continue
-        dims = {}
+        found = {}
         for arg in e.input_vars():
             if id(arg) in tracked:
-                dims.update(_dims_into(e, arg, tracked[id(arg)]))
-        if not dims:
+                found.update(_dims_into(e, arg, tracked[id(arg)]))
+        if not found:
             continue
-        tracked[id(e.out)] = dims
-        row_shaped = e.out.ndim == len(outer) + len(reduced)
-        if row_shaped and any(j >= len(outer) for j in dims):
+        tracked[id(e.out)] = found
+        if e.out.ndim == t.ndim and any(j != d if columns else j >= len(kept)
+                                        for j, d in found.items()):
             return False
     return True
 
@@ -183,7 +192,7 @@ def joins(trace, eqn, members: list) -> bool:
     root_shape = tuple((root.out if stored is None else stored[0]).shape)
     fits = (_fits_column_root(root_shape, *split[1:]) if split[0]
             else _fits_root(root_shape, *split[1:3]))
-    if fits and not split[0] and not _rows_stay_rows(trace, eqn, members):
+    if fits and not _kept_dims_stay(trace, eqn, members):
         return False
     others = [_split(trace.eqns[i]) for i in members if reduces(trace.eqns[i])]
     return fits and all(o[0] == split[0] and all(same_shape(a, b) for a, b in zip(o[1:], split[1:]))

@@ -32,7 +32,8 @@ _NARROW = (torch.float16, torch.bfloat16)
 
 
 # Reductions over `dims` (sorted), which the output drops (keepdim is a reshape after); an
-# executor may fuse those it can (over the innermost dims), torch runs the others.
+# executor may fuse those it can (over the innermost dims or a run before them), torch runs the
+# others.
 def _reduced_meta(t, *, dims):
     return _same(t, shape=[s for d, s in enumerate(t.shape) if d not in dims])
 
@@ -77,11 +78,12 @@ def _modeled(x) -> bool:
     return isinstance(x, TensorProxy) and x.dtype.is_floating_point
 
 
-def decomposed(x) -> bool:
+def decomposed(x, dims: tuple = ()) -> bool:
     """Whether a composite op (softmax, log_softmax, logsumexp, var/std, the norms,
     cross_entropy) on x is traced as its decomposition: a float tensor that an executor of the
-    jitted function fuses (`Executor.decomposes`); else eager's own op is kept, bit for bit."""
-    return _modeled(x) and any(ex.decomposes(x) for ex in active_trace().executors)
+    jitted function fuses (`Executor.decomposes`; with `dims`, the softmax family's reductions
+    over them too); else eager's own op is kept, bit for bit."""
+    return _modeled(x) and any(ex.decomposes(x, dims) for ex in active_trace().executors)
 
 
 @register(torch.sum, torch.Tensor.sum, methods=("sum",))
@@ -135,7 +137,8 @@ def _softmax_parts(x, dim):
 
 def _softmax_like(fn, log: bool):
     def handler(input, dim=None, _stacklevel=3, dtype=None):
-        if not decomposed(input) or dim is None or input.ndim == 0:
+        if (not isinstance(input, TensorProxy) or dim is None or input.ndim == 0
+                or not decomposed(input, (_dim(dim, input.ndim),))):
             return opaque(fn, (input, dim), {"dtype": dtype} if dtype is not None else {})
         x = convert(input, dtype) if dtype is not None else input
         out_dtype = x.dtype
@@ -155,13 +158,10 @@ register(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, methods=("l
 @register(torch.logsumexp, torch.Tensor.logsumexp, methods=("logsumexp",))
 def logsumexp(input, dim, keepdim=False):
     """As ATen: max subtracted, an infinite max replaced by 0 (an all -inf row gives -inf)."""
-    if not decomposed(input) or input.ndim == 0:
+    if not isinstance(input, TensorProxy) or input.ndim == 0 or not decomposed(
+            input, _dims(input, dim)):
         return opaque(torch.logsumexp, (input, dim, keepdim), {})
     dims = _dims(input, dim)
-    if dims != tuple(range(input.ndim - len(dims), input.ndim)):    # not the innermost dims
-        return opaque(torch.logsumexp, (input, dim, keepdim), {})
-    if any(hint(input.shape[d]) == 0 for d in dims):
-        return HANDLERS[torch.log](reduce(sum_p, HANDLERS[torch.exp](input), dims, keepdim))
     with torch.no_grad():   # the shift cancels: no gradient flows through it
         peak = reduce(amax_p, input, dims, True)
         finite = HANDLERS[torch.where](HANDLERS[torch.eq](HANDLERS[torch.abs](peak), math.inf),

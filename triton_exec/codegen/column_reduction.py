@@ -6,8 +6,10 @@ index of the dims before the run; each reduction loops over the reduced rows in 
 (`lower_reduction.ReductionLoop`), computing its fused producers there, and the ops after the
 reductions run on [1, COLS] tiles. The tile's domain is [reduced dims..., kept columns]; every
 output has the kept shape (keepdim or not: `triton_exec.row_groups`), or copies a permute of a
-value of that shape, stored at its index permuted. One program reduces every row of its columns, so the result does
-not depend on the launch (deterministic, no atomics). Imports `analysis`, `assembly`,
+value of that shape, stored at its index permuted, or has the reduced input's shape (softmax
+over an outer dim), computed and stored by one more loop over the rows (`_store_rows`). One
+program reduces every row of its columns, so the result does not depend on the launch
+(deterministic, no atomics). Imports `analysis`, `assembly`,
 `lowered`, `render`, `tile_plan`, `lower_reduction` and `kernel_types` from this package.
 """
 from __future__ import annotations
@@ -16,13 +18,14 @@ import dataclasses
 import math
 
 from ir import TensorProxy
+from ir.proxies import same_shape
 from triton_exec import index, vectorize
 from triton_exec.codegen import kernel_types
 from triton_exec.codegen.analysis import accessed_vector, analyze
 from triton_exec.codegen.assembly import kernel_writer, runtime_sizes
 from triton_exec.codegen.kernel_types import TL_DTYPE, known
 from triton_exec.codegen.lower_reduction import (
-    ReductionLoop, columns_of, over_columns, permuted_copy, split_columns)
+    ReductionLoop, columns_of, in_loop, over_columns, permuted_copy, split_columns)
 from triton_exec.codegen.lowered import Access, Lowered, differing_shapes
 from triton_exec.codegen.render import render_kernel
 from triton_exec.codegen.tile_plan import plan_tile
@@ -70,8 +73,14 @@ def lower_columns(name, eqns, outputs, inputs, values, vectorize_enabled: bool) 
     for eqn in column_reductions(group.eqns):   # in trace order: one reads those before it
         w.value(eqn.out, outer_idx + split_columns(tile.cols, columns_of(eqn)[2]), in_cols,
                 Path())
-    stores = [_store(w, tile, out, k, (outer_flat, outer_idx), reduced, kept, in_cols)
-              for k, out in enumerate(group.outputs)]
+    stores = []
+    for k, out in enumerate(group.outputs):
+        if same_shape(out.shape, outer + reduced + kept):
+            in_loop(w, w.reduction_loop, lambda k=k, out=out: w.lines.append(
+                _store_rows(w, tile, out, k, (outer_flat, outer_idx), reduced, kept)))
+        else:
+            stores.append(_store(w, tile, out, k, (outer_flat, outer_idx), reduced, kept,
+                                 in_cols))
     source = render_kernel(name, w, stores)
     return Lowered(name, source, w.params, w.accesses, w.guards, outer_extent,
                    tile.cols_extent, group.outputs, w.itemsizes, runtime_sizes(group, w),
@@ -131,9 +140,30 @@ def _store(w, tile, out: TensorProxy, k: int, outer, reduced, kept, in_cols) -> 
         if len(kept) == 1 and index.coefficient(offset, tile.cols) == 1:
             width = math.gcd(vectorize.store_width(out.dtype.itemsize, kept[0], w.vectorize),
                              index.aligned_run(offset, in_cols, tile.cols))
-    val = w.value(out, idx, in_cols, path)
-    w.accesses.append(Access("store", out.name, "output", width, len(w.accesses)))
+    return _store_line(w, out, k, offset, w.value(out, idx, in_cols, path), in_cols, width)
+
+
+def _store_rows(w, tile, out: TensorProxy, k: int, outer, reduced, kept) -> str:
+    """The store line of output k of the reduced value's shape (softmax over an outer dim), in
+    the last loop over the rows: at the outer dims' index, the loop's rows and the columns."""
+    flat, outer_idx = outer
+    idx = outer_idx + list(tile.outer[:len(reduced)]) + split_columns(tile.cols, kept)
+    path = Path().through(kept[-1]) if len(kept) == 1 else Path().broken()
+    width = vectorize.store_width(out.dtype.itemsize, _flat(kept), w.vectorize)
+    offset = index.add(index.mul(tile.rows, tile.cols_extent), tile.cols)
+    if outer_idx:
+        offset = index.add(index.mul(flat, index.mul(tile.rows_extent, tile.cols_extent)), offset)
+    return _store_line(w, out, k, offset, w.value(out, idx, tile.in_domain, path),
+                       tile.in_domain, width)
+
+
+def _store_line(w, out: TensorProxy, k: int, offset, val: str, mask, width: int) -> str:
+    """The line storing `val` as output k at `offset` under `mask`, recorded as an access."""
+    access = Access("store", out.name, "output", width, len(w.accesses))
+    w.accesses.append(access)
     w.itemsizes.append(out.dtype.itemsize)
-    return (f"tl.store({w.output_pointer(k)} + {w.render.expr(w.tile_shaped(offset), top=True)}"
-            f", {val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(in_cols)})  "
-            f"# {out.name}, {width} per access")
+    access.line = (f"tl.store({w.output_pointer(k)} + "
+                   f"{w.render.expr(w.tile_shaped(offset), top=True)}, "
+                   f"{val}.to({TL_DTYPE[out.dtype]}), mask={w.mask_name(mask)})  "
+                   f"# {out.name}, {width} per access")
+    return access.line

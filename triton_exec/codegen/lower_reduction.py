@@ -52,18 +52,22 @@ def over_columns(eqn) -> bool:
     sums of a weight's or broadcast's gradient over the leading dims, a repeat's gradient over
     a middle dim): a column plan's (`column_reduction`); else over the innermost dims, a row
     plan's (other dims are refused)."""
-    t, dims = eqn.args[0], tuple(eqn.params["dims"])
-    return (0 < len(dims) and dims[-1] < t.ndim - 1
-            and dims == tuple(range(dims[0], dims[0] + len(dims))))
+    return _before_innermost(eqn.args[0].ndim, tuple(eqn.params["dims"]))
+
+
+def _before_innermost(ndim: int, dims: tuple) -> bool:
+    return 0 < len(dims) and dims[-1] < ndim - 1 and dims == tuple(range(dims[0], dims[-1] + 1))
 
 
 def columns_of(eqn):
     """(outer sizes, reduced sizes, inner sizes) of a reduction over a run of dims before the
     innermost: the dims kept before the run (one program each), the rows it sums, the columns
     it keeps."""
-    t, dims = eqn.args[0], tuple(eqn.params["dims"])
-    return tuple(t.shape[:dims[0]]), tuple(t.shape[dims[0]:dims[-1] + 1]), \
-        tuple(t.shape[dims[-1] + 1:])
+    return _column_split(tuple(eqn.args[0].shape), tuple(eqn.params["dims"]))
+
+
+def _column_split(shape: tuple, dims: tuple) -> tuple:
+    return shape[:dims[0]], shape[dims[0]:dims[-1] + 1], shape[dims[-1] + 1:]
 
 
 def permuted_copy(eqn, producer):
@@ -79,28 +83,26 @@ def permuted_copy(eqn, producer):
     return permute.args[0], tuple(permute.params["perm"])
 
 
-def _column_refusal(eqn):
-    outer, reduced, kept = columns_of(eqn)
-    if any(vectorize.hint_of(s) == 0 for s in outer + kept):
-        return f"{eqn.prim.name} into an empty result is left to torch"
-    if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):     # COLS walks them flat
-        return f"{eqn.prim.name} keeping several dims of runtime size is not fused"
-    if eqn.prim.name != "sum" and any(vectorize.hint_of(s) == 0 for s in reduced):
-        return f"{eqn.prim.name} over no rows is eager's error: left to torch"
-    return None
-
-
-def _refusal(eqn):
-    t, dims = eqn.args[0], eqn.params["dims"]
-    if over_columns(eqn):
-        return _column_refusal(eqn)
-    if not dims or tuple(dims) != tuple(range(t.ndim - len(dims), t.ndim)):
-        return f"{eqn.prim.name} over dims {dims} is not fused (torch runs it)"
-    reduced = row_of(eqn)[1]
+def refusal(name: str, shape: tuple, dims: tuple) -> str | None:
+    """Why the reduction `name` over `dims` (sorted) of a tensor of `shape` is left to torch;
+    None where a row or column plan fuses it (`triton_exec.executor` asks too, before a
+    composite op is decomposed)."""
+    if _before_innermost(len(shape), dims):
+        outer, reduced, kept = _column_split(shape, dims)
+        if any(vectorize.hint_of(s) == 0 for s in outer + kept):
+            return f"{name} into an empty result is left to torch"
+        if len(kept) > 1 and any(isinstance(s, IntProxy) for s in kept):  # COLS walks them flat
+            return f"{name} keeping several dims of runtime size is not fused"
+        if name != "sum" and any(vectorize.hint_of(s) == 0 for s in reduced):
+            return f"{name} over no rows is eager's error: left to torch"
+        return None
+    if not dims or dims != tuple(range(len(shape) - len(dims), len(shape))):
+        return f"{name} over dims {dims} is not fused (torch runs it)"
+    reduced = shape[len(shape) - len(dims):]
     if len(reduced) > 1 and any(isinstance(s, IntProxy) for s in reduced):  # COLS walks them flat
-        return f"{eqn.prim.name} over several dims of runtime size is not fused (torch runs it)"
+        return f"{name} over several dims of runtime size is not fused (torch runs it)"
     if any(vectorize.hint_of(s) == 0 for s in reduced):
-        return f"{eqn.prim.name} over empty rows is left to torch"
+        return f"{name} over empty rows is left to torch"
     return None
 
 
@@ -172,8 +174,16 @@ class ReductionLoop:
 
     tile: object                # the plan's `tile_plan.Tile`
     over: str                   # "rows" or "cols": the index the loops walk
-    results: dict = dataclasses.field(default_factory=dict)  # (id(out), idx) -> reduced tile
+    results: dict = dataclasses.field(default_factory=dict)  # `key` -> reduced tile
     capturing: bool = False     # inside a loop
+
+    @staticmethod
+    def key(eqn, idx) -> tuple:
+        """The key of the reduction's result at output index idx in `results`: index 0 along a
+        dim of size 1 (read through a broadcast as 0, computed at the tile's index: the same
+        value wherever the stores' masks let it through)."""
+        return id(eqn.out), tuple(index.Const(0) if isinstance(s, int) and s == 1 else i
+                                  for i, s in zip(idx, eqn.out.shape))
 
     @property
     def axis(self) -> int:
@@ -222,7 +232,7 @@ def in_loop(w, plan: ReductionLoop, emit, first=()) -> None:
 def _reduce_looped(w, eqn, idx):
     """The reduction at output index `idx` in a plan with loops (`ReductionLoop`): computed by
     the loop that `reduce_in_one_loop` makes for it alone, unless a loop computed it before."""
-    plan, key = w.reduction_loop, (id(eqn.out), tuple(idx))
+    plan, key = w.reduction_loop, ReductionLoop.key(eqn, idx)
     if key not in plan.results:
         assert not plan.capturing, f"{eqn.out.name} is read at another index inside another loop"
         reduce_in_one_loop(w, [eqn], [], idx)
@@ -327,7 +337,7 @@ def _running_max(loop, eqn):
         block = w.let("v", f"tl.reduce({masked}, 1, {REDUCE_SRC['amax'][0]}, keep_dims=True)",
                       "the block's max")
         grown = w.let("v", f"tl.maximum({peak}, {block})")
-        plan.results[(id(eqn.out), tuple(idx))] = grown     # read by the sums' shifts
+        plan.results[plan.key(eqn, idx)] = grown      # read by the sums' shifts
         loop.updates.append(f"{peak} = {grown}")
 
     def finish():
@@ -383,8 +393,10 @@ def _record(w, eqn, idx, result) -> None:
     """Records the loop's result of a reduction, rounded once where its dtype is fp16/bf16."""
     if eqn.out.dtype in COMPUTE_DTYPE:
         result = rounded_tile(w, result, eqn.out.dtype)
-    w.reduction_loop.results[(id(eqn.out), tuple(idx))] = result
+    w.reduction_loop.results[ReductionLoop.key(eqn, idx)] = result
 
 
-register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True, refuse=_refusal,
+register(prims.sum_, prims.amax, prims.amin, lower=_reduce, float_only=True,
+         refuse=lambda eqn: refusal(eqn.prim.name, tuple(eqn.args[0].shape),
+                                    tuple(eqn.params["dims"])),
          merges=lambda eqn, k: False, reduces=True)
