@@ -5,8 +5,10 @@ or [B, T, C] (C from 32 to 80: one column program unsplit) and an op after it, i
 fp32/fp16/bf16, over laid-out inputs, against eager within the README's tolerance; the hand-written
 RMSNorm's weight gradient, through one backward for the whole trace and through a unit per
 fusion group; each split is two kernels, the first with a program per chunk of 256 rows (32 for
-8192 rows) and the second one program. Left whole: few rows, runtime sizes (symbolic values),
-amax/amin whose result needs grad, enough column programs already; the decoder layer's counts.
+8192 rows) and the second one program; sibling splits (a layer norm's weight and bias gradients)
+merge. Left whole: few rows, runtime sizes (symbolic values), amax/amin whose result needs grad,
+enough column programs already, reductions whose result comes back to the rows (an outer-dim
+softmax: one kernel); the decoder layer's counts.
 At Llama-3-8B's RMSNorm backward (compiled, launched as no-ops): 256 + 16 programs for the
 weight gradient, where the whole column plan has 16."""
 import importlib.util
@@ -141,6 +143,23 @@ def test_reductions_left_whole(shape, mode, needs_grad):
     jf = ir.jit(fn, executors=["triton"], cache=mode)
     assert_close_as_contract(jf(x, x).detach(), fn(x, x).detach(), shape[0])
     assert [cost.programs(k) for k in column_kernels(jf)] == [1]
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, 0), lambda x: torch.logsumexp(x, 0),
+                                lambda x: x.var(0)], ids=["softmax", "logsumexp", "var"])
+def test_reductions_whose_result_comes_back_to_the_rows_are_left_whole(fn):
+    """An outer-dim softmax's max and sum (and a variance's mean, with the sum of squares of the
+    same sizes): one column-plan kernel forward and one backward, as at small sizes."""
+    x = _tensor((ROWS, 64), torch.float32, 0)
+    leaf, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    jf = ir.jit(fn, executors=["triton"])
+    out, expected = jf(leaf), fn(ref)
+    assert_close_as_contract(out.detach(), expected.detach(), ROWS)
+    g = _tensor(expected.shape, torch.float32, 1)
+    assert_gradient_close(torch.autograd.grad(out, leaf, g)[0],
+                          torch.autograd.grad(expected, ref, g)[0], ROWS)
+    assert [cost.programs(k) for k in column_kernels(jf)] == [1]
+    assert [cost.programs(k) for k in column_kernels(jf, "backward")] in ([1], [])
 
 
 def test_enough_column_programs_are_left_whole():

@@ -23,7 +23,8 @@ fp32 and the total is rounded once, as the whole sum is (ATen's accumulate type)
 partials keep the dtype (exact), and are split only where their result needs no gradient (a
 differentiable unit per fusion group, `ir.autodiff`, would split a tie's gradient per chunk). A
 reduced dim splits where it divides (`chunking`); a reduction with a runtime size ("symbolic
-values") is left whole.
+values") is left whole, and so is one whose result comes back to the rows (softmax over an outer
+dim: one kernel, `_returning`).
 """
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ import math
 import torch
 
 from ir import Eqn, TensorProxy, prims
+from ir.proxies import same_shape
 from ir.trace import iter_vars
 from triton_exec import fusion
 from triton_exec.codegen.lower_reduction import columns_of, over_columns
 from triton_exec.launch import COLUMN_BLOCK
+from triton_exec.rules import rule_of
 
 SMS = 132                       # streaming multiprocessors of an H100 / H200
 PROGRAMS_WANTED = 2 * SMS       # programs of the first level, where the rows allow
@@ -84,6 +87,7 @@ def split(trace):
     into one kernel (`triton_exec.horizontal`), as their first levels do."""
     names = {v.name for v in iter_vars((trace.inputs, [(e.args, e.params, e.outs)
                                                         for e in trace.eqns]))}
+    whole = _returning(trace)
     eqns, pending = [], []      # (ids of the values, equations) of each second level
     for eqn in trace.eqns:
         reads = {id(v) for v in eqn.input_vars()}
@@ -95,7 +99,8 @@ def split(trace):
         for p in due:
             pending.remove(p)
             eqns.extend(p[1])
-        found = _two_levels(eqn, names)
+        sizes = _sizes(eqn)
+        found = _two_levels(eqn, names) if sizes is not None and sizes not in whole else None
         if found is None:
             eqns.append(eqn)
         else:
@@ -106,13 +111,48 @@ def split(trace):
     return trace.replace(eqns=tuple(eqns + [e for _, second in pending for e in second]))
 
 
+def _sizes(eqn) -> tuple | None:
+    """(outer, reduced, kept) sizes of a column reduction of static sizes (the one kind split),
+    else None."""
+    if (eqn.prim not in prims.REDUCTIONS or not over_columns(eqn)
+            or not all(isinstance(s, int) for s in eqn.args[0].shape)):
+        return None
+    return tuple(tuple(sizes) for sizes in columns_of(eqn))
+
+
+def _returning(trace) -> set:
+    """The sizes (`_sizes`) of the column reductions whose result comes back to the rows: a
+    value of the reduced input's shape computed from it through fusible ops (softmax's max and
+    sum, a variance's mean). The column plan computes such a value in one more loop over the
+    rows, one kernel in all (`codegen.column_reduction`): those are left whole, and so is every
+    reduction of the same sizes (logsumexp's sum beside its max)."""
+    readers: dict = {}
+    for e in trace.eqns:
+        for v in e.input_vars():
+            readers.setdefault(id(v), []).append(e)
+    found = set()
+    for eqn in trace.eqns:
+        sizes = _sizes(eqn)
+        if sizes is None or sizes in found:
+            continue
+        todo, seen = [eqn.out], set()
+        while todo and sizes not in found:
+            for r in readers.get(id(todo.pop()), ()):
+                if id(r) in seen or rule_of(r) is None or rule_of(r).reduces:
+                    continue
+                seen.add(id(r))
+                outs = [o for o in r.outs if o is not None]
+                if any(same_shape(o.shape, eqn.args[0].shape) for o in outs):
+                    found.add(sizes)
+                todo += outs
+    return found
+
+
 def _two_levels(eqn, names: set) -> tuple | None:
     """The equations computing `eqn`'s result in two levels (the partial reductions, then the
     reduction of the partials), or None where it stays whole."""
-    if eqn.prim not in prims.REDUCTIONS or not over_columns(eqn) or not fusion.fusible(eqn):
-        return None
     x, out = eqn.args[0], eqn.out
-    if (not x.dtype.is_floating_point or not all(isinstance(s, int) for s in x.shape)
+    if (not fusion.fusible(eqn) or not x.dtype.is_floating_point
             or (eqn.prim is not prims.sum_ and out.requires_grad)):
         return None
     outer, reduced, kept = columns_of(eqn)
