@@ -157,11 +157,17 @@ def test_a_norm_and_gated_activation_backward_fuses_across_vjps(norm, act, proje
 
 # ---- the decoder layer ----------------------------------------------------------------------
 
-def test_the_decoder_layer_backward_is_at_most_8_kernels():
+def decoder_layer_module():
+    """perf/decoder_layer.py, imported."""
     spec = importlib.util.spec_from_file_location("perf_decoder_layer",
                                                   ROOT / "perf" / "decoder_layer.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_decoder_layer_backward_is_at_most_8_kernels():
+    module = decoder_layer_module()
     torch.manual_seed(0)
     layer = module.DecoderLayer()
     x, cos, sin = module.layer_inputs()
@@ -175,6 +181,22 @@ def test_the_decoder_layer_backward_is_at_most_8_kernels():
                     torch.autograd.grad(expected, [x] + params, g)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert len(kernels(jlayer, "backward")) <= 8
+
+
+def test_the_decoder_layer_memory_bound_kernels_as_perf_counts_them():
+    """perf/decoder_layer.py's count (Triton kernels and the memory-bound ATen ops left to
+    PyTorch): at most 6 forward and 8 backward (no reduction of its tiny layer is split)."""
+    module = decoder_layer_module()
+    torch.manual_seed(0)
+    layer = module.DecoderLayer()
+    original = module._unseen_launches()        # the interpreter's own torch calls uncounted
+    try:
+        counts = module.count(ir.jit(layer, executors=["triton"]), layer,
+                              module.layer_inputs())
+    finally:
+        module.launch.PlainLaunch.__call__ = original
+    assert counts["forward"][0] + sum(counts["forward"][1].values()) <= 6
+    assert counts["backward"][0] + sum(counts["backward"][1].values()) <= 8
 
 
 @pytest.mark.parametrize("between", ["matmul", "view"])
