@@ -6,7 +6,7 @@ and of every parameter for a given output gradient).
 
 Counted per call, after a warm-up call (compiles): the Triton kernels launched plus the ATen ops
 PyTorch runs that launch a memory-bound kernel, leaving out matmuls, attention, the embedding,
-views and allocations (`MemoryBoundOps`, a dispatch mode: it sees eager's ops, those our traces
+views and allocations (`AtenOps` keeping `memory_bound` ops, a dispatch mode: it sees eager's ops, those our traces
 leave to PyTorch, and those autograd's engine runs between our fused units; it does not look
 inside a Triton launch).
 
@@ -18,6 +18,7 @@ On a GPU it also runs the layer's forward and forward + backward through eager, 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -44,35 +45,46 @@ FREE = {"view", "_unsafe_view", "expand", "permute", "transpose", "t", "unsqueez
 COMPUTE = ("mm", "bmm", "addmm", "matmul", "linear", "attention", "embedding")
 
 
-class MemoryBoundOps(TorchDispatchMode):
-    """Counts the ATen ops run under it that launch a memory-bound kernel, by name."""
+def memory_bound(name: str) -> bool:
+    """Whether the ATen op `name` launches a memory-bound kernel of its own."""
+    return name not in FREE and not any(c in name for c in COMPUTE)
 
-    paused = False
 
-    def __init__(self):
+class AtenOps(TorchDispatchMode):
+    """Counts, by name, the ATen ops run under it that `counted(name)` keeps, outside Triton
+    launches (`launches_unseen`)."""
+
+    paused = False      # inside a launch: the interpreter's own torch calls
+
+    def __init__(self, counted=memory_bound):
         super().__init__()
+        self.counted = counted
         self.ops = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if not MemoryBoundOps.paused and name not in FREE and not any(
-                c in name for c in COMPUTE):
+        if not AtenOps.paused and self.counted(name):
             self.ops[name] += 1
         return func(*args, **(kwargs or {}))
 
 
-def _unseen_launches():
-    """Triton launches run with the count paused (the interpreter's own torch calls)."""
+@contextlib.contextmanager
+def launches_unseen():
+    """Triton launches run with every `AtenOps` count paused (the interpreter's own torch
+    calls)."""
     original = launch.PlainLaunch.__call__
 
     def call(self, grid, args):
-        MemoryBoundOps.paused = True
+        AtenOps.paused = True
         try:
             return original(self, grid, args)
         finally:
-            MemoryBoundOps.paused = False
+            AtenOps.paused = False
     launch.PlainLaunch.__call__ = call
-    return original
+    try:
+        yield
+    finally:
+        launch.PlainLaunch.__call__ = original
 
 
 class RMSNorm(torch.nn.Module):
@@ -153,8 +165,8 @@ def count(run_layer, layer, inputs) -> dict:
             torch.autograd.grad(out, [x] + params, g)
         return out
 
-    step(MemoryBoundOps(), MemoryBoundOps())        # compiles
-    forward, backward = MemoryBoundOps(), MemoryBoundOps()
+    step(AtenOps(), AtenOps())        # compiles
+    forward, backward = AtenOps(), AtenOps()
     out = step(forward, backward)
     kernels = triton_exec.last_kernels(run_layer) if isinstance(run_layer, ir.JitModule) else []
     return {"forward": (sum(k.direction == "forward" for k in kernels), forward.ops),
@@ -213,12 +225,9 @@ def main() -> dict:
     torch.manual_seed(0)
     layer = DecoderLayer().to(device)
     inputs = layer_inputs(device=device)
-    original = _unseen_launches()
-    try:
+    with launches_unseen():
         eager = count(layer, layer, inputs)
         ours = count(ir.jit(layer, executors=["triton"]), layer, inputs)
-    finally:
-        launch.PlainLaunch.__call__ = original
     torch.testing.assert_close(ours["out"], eager["out"], rtol=1e-4, atol=1e-5)
     print("Llama-style decoder layer (B=2, T=16, d=64, 4 q / 2 kv heads, fp32): memory-bound "
           "kernels per call (Triton kernels + ATen ops that launch a memory-bound kernel; "

@@ -6,10 +6,7 @@ the logits' gradient; the edge cases of eager (all -inf rows, every target ignor
 logits' gradient one kernel, with "mean"/"sum" the forward 2 kernels; rows past ROW_LIMIT (a
 loop over the row's blocks) with the edges in any block, read once, their per-row values loaded
 once per row; a class weight falls back to torch, correctly."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +16,7 @@ from hypothesis import strategies as st
 
 import ir
 import triton_exec
+from perf_modules import perf_module
 from test_reductions import assert_close_as_contract, torch_reductions
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -236,11 +234,7 @@ def test_static_cost_at_llama_shapes():
     one kernel, each at least Liger's bytes per warp-instruction; the rows' loop computes its
     terms with the exp2 instruction (`softmax_exp`), whose code is a fraction of the three
     kernels' it replaced (1881 SASS per block of the row, 4 warps)."""
-    spec = importlib.util.spec_from_file_location(
-        "perf_reduction_cost", Path(__file__).resolve().parent.parent / "perf" / "reduction_cost.py")
-    cost = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = cost       # its dataclasses look their module up
-    spec.loader.exec_module(cost)
+    cost = perf_module("reduction_cost")
     (_, _, fn, args, _), = [c for c in cost.cases() if c[1] == "cross-entropy forward"]
     rows, final = cost.ours(fn, args, backward=False)
     (gradient,) = cost.ours(fn, args, backward=True)

@@ -11,9 +11,6 @@
 Every case checks values (bit for bit: data movement and `+ - *` round as eager's) and
 gradients against eager.
 """
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +20,7 @@ from hypothesis import strategies as st
 import ir
 import triton_exec
 from ir.examples import rope as readme_rope
+from perf_modules import perf_module
 from programs import TOLERANCES
 
 MODES = ["constant values", "symbolic values"]
@@ -294,10 +292,7 @@ def test_repeat_kv_of_k_and_v_is_folded_into_the_rope_kernel(mode):
 def test_the_benchmark_counts_one_launch_per_rope_call_against_eager():
     """`perf/rope_partition.py`'s row for transformers' RoPE: one kernel each way, checked
     against eager, fewer launches than eager's."""
-    path = Path(__file__).resolve().parent.parent / "perf" / "rope_partition.py"
-    spec = importlib.util.spec_from_file_location("perf_rope_partition", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = perf_module("rope_partition")
     row = module.measure(*module.FORMS[0], with_cost=False)
     assert row["ok"] and (row["forward"], row["backward"]) == (1, 1)
     assert row["launches"][0] < row["eager"][0] and row["launches"][1] < row["eager"][1]

@@ -1,26 +1,17 @@
 """The benchmarks' --cpu mode: tiny sizes through the interpreter, every row present and correct."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-PERF = Path(__file__).resolve().parent.parent / "perf"
+from perf_modules import perf_module
+
 LABELS = ["eager", "torch.compile", "ir.jit triton", "ir.jit triton_novec"]
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"perf_{name}", PERF / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name,cases", [("rope", 4), ("padcat", 5)])
 def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, capsys, tmp_path,
                                                                monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    rows = load(name).main(["--cpu"])
+    rows = perf_module(name).main(["--cpu"])
     printed = capsys.readouterr().out
     assert "NOT GPU timings" in printed
     if name == "rope":      # forward, then forward + backward with the Liger row
@@ -43,7 +34,7 @@ def test_cpu_mode_prints_every_row_and_every_row_matches_eager(name, cases, caps
 
 def test_gpt_cpu_mode_runs_the_training_step_and_matches_eager(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    rows = load("gpt").main(["--cpu"])
+    rows = perf_module("gpt").main(["--cpu"])
     printed = capsys.readouterr().out
     assert "## GPT training step (forward + backward)" in printed and "NOT GPU timings" in printed
     assert [r.label for r in rows] == ["eager", "ir.jit triton", "torch.compile"]
@@ -56,7 +47,7 @@ def test_gpt_cpu_mode_runs_the_training_step_and_matches_eager(capsys, tmp_path,
 def test_the_gpu_checks_correctness_script_dry_runs_on_the_interpreter(capsys, tmp_path,
                                                                       monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    assert load("cuda_check").main(["--device", "cpu", "--examples", "2"]) == 0
+    assert perf_module("cuda_check").main(["--device", "cpu", "--examples", "2"]) == 0
     printed = capsys.readouterr().out
     assert "fixed cases: 28 run, 0 failed" in printed
     assert "repeated calls (direct launches): 18 calls, 0 failed" in printed

@@ -1,18 +1,11 @@
 """perf/models.py --cpu: every model through eager and our backend matches eager, with Triton
 kernels in forward and forward + backward; inductor rows are present and skipped on CPU."""
-import importlib.util
-import sys
-from pathlib import Path
-
-PATH = Path(__file__).resolve().parent.parent / "perf" / "models.py"
+from perf_modules import perf_module
 
 
 def test_cpu_mode_runs_every_model_through_our_backend(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    spec = importlib.util.spec_from_file_location("perf_models", PATH)
-    models = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "perf_models", models)    # its dataclass looks itself up
-    spec.loader.exec_module(models)
+    models = perf_module("models")
     rows = models.main(["--cpu"])
     printed = capsys.readouterr().out
     assert "NOT GPU timings" in printed

@@ -1,21 +1,11 @@
 """perf/overhead.py runs end to end (few iterations) and prints one table row per entry; no
 timing is asserted."""
 
-import importlib.util
-from pathlib import Path
-
-PATH = Path(__file__).resolve().parent.parent / "perf" / "overhead.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("perf_overhead", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from perf_modules import perf_module
 
 
 def test_overhead_quick_prints_the_table(capsys):
-    overhead = load()
+    overhead = perf_module("overhead")
     results = overhead.main(["--quick"])
     out = capsys.readouterr().out
     labels = [r["label"] for r in results]

@@ -2,10 +2,7 @@
 every cat/pad/slice boundary is decided, so a pass-through piece is a plain vector copy and the
 rotated piece of a RoPE does its math on its own columns only. Measured by the static cost model
 against a straightforward hand-written kernel at the same tile."""
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,26 +13,18 @@ import triton
 import ir
 import triton_exec
 from ir.examples import rope, rope_inputs
+from perf_modules import perf_module
 from programs import assert_close, assert_matches_eager, programs
 from test_triton_programs import check_geometry
 from triton_exec import cost
 from triton_exec.codegen import Chunk, Group, plan_chunks
 from triton_exec.launch import noop_launches
 
-PERF = Path(__file__).resolve().parent.parent / "perf"
 
 # PTX instructions per [ROWS, COLS] tile of the seed RoPE's forward kernel (bf16, its heuristic
 # config: a program is LOOP = 4 tiles, one per index of the batch its loop walks), as achieved
 # plus 10%: a regression guard. PTX differs between Triton versions.
 SEED_ROPE_PTX_BOUND = {"3.6": 187, "3.9": 185}
-
-
-def _perf(name):
-    spec = importlib.util.spec_from_file_location(f"perf_{name}", PERF / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def seed_forward_record():
@@ -57,7 +46,7 @@ def test_seed_rope_forward_moves_1_5x_the_bytes_per_instruction_of_a_hand_writte
     assert record.lowered.chunks           # computed piece-wise
     assert record.lowered.loop.dim == 0 and record.config.loop == 4
     ours = record.cost(arch=90)
-    static_cost = _perf("static_cost")
+    static_cost = perf_module("static_cost")
     case = static_cost.Case("seed", rope, args, hand=static_cost._rope_hand(False))
     hand = static_cost.hand_row(case, record).cost
     # ours covers LOOP of the hand-written kernel's tiles per program

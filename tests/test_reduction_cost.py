@@ -6,13 +6,10 @@ along the rows; a row's [ROWS, 1] value is loaded per lane, 4 B). Liger's kernel
 from its wheel where ../shared/wheels has it; elsewhere the higher of its numbers measured with
 Liger-Kernel 0.8.5 on Triton 3.6 and 3.9 stands in."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-PERF = Path(__file__).resolve().parent.parent / "perf"
+from perf_modules import perf_module
+
 # Liger-Kernel 0.8.5's kernels at the launch its wrappers make, B/warp-instr on Triton 3.6 / 3.9:
 # _swiglu_forward_kernel 8.67 / 9.14, _swiglu_backward_kernel 9.74 / 10.09 (16384 columns, 32
 # warps), _rms_norm_backward_kernel 11.07 / 11.07 (4096 columns, 8 warps, a loop over 32 rows
@@ -20,18 +17,10 @@ PERF = Path(__file__).resolve().parent.parent / "perf"
 LIGER_MEASURED = {"swiglu forward": 9.14, "swiglu backward": 10.09, "rms backward": 11.07}
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("perf_reduction_cost", PERF / "reduction_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module         # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("key", sorted(LIGER_MEASURED))
 def test_each_kernel_moves_at_least_ligers_bytes_per_warp_instruction(key, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    module = load()
+    module = perf_module("reduction_cost")
     [(name, _, fn, args, backward)] = [c for c in module.cases() if c[1] == key]
     ours = module.ours(fn, args, backward)
     [liger] = module.liger_rows_apart(key)

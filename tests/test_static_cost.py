@@ -1,24 +1,12 @@
 """perf/static_cost.py --quick: every variant's static cost, side by side, and the hand-written
 kernels it compares with are right."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
-PERF = Path(__file__).resolve().parent.parent / "perf"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("perf_static_cost", PERF / "static_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module         # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from perf_modules import perf_module
 
 
 def test_quick_mode_prints_every_variant(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_EXEC_CACHE_DIR", str(tmp_path))
-    results = load().main(["--quick"])
+    results = perf_module("static_cost").main(["--quick"])
     printed = capsys.readouterr().out
     assert len(results) == 3 and "B/warp-instr" in printed
     for case, rows in results.items():

@@ -12,50 +12,19 @@ the copies are counted with a dispatch mode, as `perf/decoder_layer.py` counts i
 Both cache modes. Each strided variant's access widths are what its compiled kernel does
 (`test_record_widths`).
 """
-import collections
-from unittest import mock
-
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import ir
 import triton_exec
+from perf_modules import perf_module
 from programs import assert_close
 from test_record_widths import check_widths
-from triton_exec import launch
 
 COPIES = ("clone", "copy_", "contiguous", "_to_copy")
-
-
-class Copies(TorchDispatchMode):
-    """Counts the ATen copies run under it, outside Triton launches (the interpreter's own)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-        self.paused = False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if not self.paused and name in COPIES:
-            self.ops[name] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _counting(mode):
-    original = launch.PlainLaunch.__call__
-
-    def call(self, grid, args):
-        mode.paused = True
-        try:
-            return original(self, grid, args)
-        finally:
-            mode.paused = False
-    return mock.patch.object(launch.PlainLaunch, "__call__", call)
 
 
 # fused work on a [..., D] tensor (D even): what a model puts between two torch calls
@@ -173,8 +142,9 @@ def test_kernels_read_torch_layouts_without_copies(kind, data, seed):
     expected = _step(fn, inputs, ops, heads, g)
     jfn = ir.jit(fn, executors=["triton"], cache=mode)
     assert_close(_step(jfn, inputs, ops, heads, g), expected)        # compiles
-    copies = Copies()
-    with copies, _counting(copies):
+    counting = perf_module("decoder_layer")
+    copies = counting.AtenOps(lambda name: name in COPIES)
+    with copies, counting.launches_unseen():       # the interpreter's own copies uncounted
         got = _step(jfn, inputs, ops, heads, g)
     assert_close(got, expected)
     assert not copies.ops, f"torch copies ran: {dict(copies.ops)}"

@@ -4,9 +4,6 @@ accumulation and the elementwise work between two groups are in the backward tra
 small GPT's backward has no `add` of autograd's engine; retain_graph, unused outputs, inputs
 without grad, no_grad regions and double backward behave as in eager; what cannot be made sound
 falls back to a backward per fusion group, with the reason in `ir.explain`."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +13,7 @@ from hypothesis import strategies as st
 import ir
 import triton_exec  # noqa: F401  (registers the "triton" executor)
 from ir.autodiff import DoubleBackwardError
+from perf_modules import perf_module
 from programs import programs
 from test_training_programs import FUSIBLE, check_training
 
@@ -24,14 +22,6 @@ WHOLE = "one for the whole trace"
 
 def backward_of(jfn) -> str:
     return ir.last_entry(jfn).extra.get("backward", "")
-
-
-def kernel_counts():
-    path = Path(__file__).resolve().parent.parent / "perf" / "kernel_counts.py"
-    spec = importlib.util.spec_from_file_location("perf_kernel_counts", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
@@ -155,7 +145,7 @@ def test_what_cannot_be_made_sound_falls_back_with_a_reason():
 
 
 def test_the_small_gpt_backward_has_fewer_kernels_and_no_accumulation_add(monkeypatch):
-    counts = kernel_counts().counts
+    counts = perf_module("kernel_counts").counts
     from ir.examples import GPTConfig
     config = GPTConfig(n_layer=1)
     whole = counts(config)
