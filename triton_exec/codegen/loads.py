@@ -352,11 +352,11 @@ def filled_outside(w, value: str, mask, fill: str) -> str:
     line = _load_line(w, value, value if wide is None else wide.name, mask) if (
         wide is None or not wide.negated) else None
     if line is not None:
-        other = w.lines[line].split(", other=", 1)[1].split(")", 1)[0]
-        if other == fill or (other == "0" and fill == "0.0"):
+        old = w.lines[line]
+        if f", other={fill})" in old or (fill == "0.0" and ", other=0)" in old):
             return value
-        if other == "0":
-            old, new = w.lines[line], w.lines[line].replace(", other=0)", f", other={fill})", 1)
+        if ", other=0)" in old:
+            new = old.replace(", other=0)", f", other={fill})", 1)
             w.lines[line] = new
             for access in w.accesses:
                 if access.line == old:
