@@ -382,7 +382,7 @@ def _online_sum(loop, eqn, found, total):
     def finish():
         result = total
         if found.raw:       # eager's sum of exp(a - max): inf - inf where the max is infinite
-            peak = plan.results[(id(found.peak.out), tuple(idx))]
+            peak = plan.results[plan.key(found.peak, idx)]
             result = w.let("v", f"tl.where(tl.abs({peak}) == float('inf'), float('nan'), "
                                 f"{total})", "NaN where the max is infinite, as eager's")
         _record(w, eqn, idx, result)
