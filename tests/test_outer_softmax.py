@@ -139,6 +139,7 @@ def test_empty_dims_as_eager(shape, mode):
         fn = program(op, 1, False)
         got, expected = ir.jit(fn, executors=["triton"], cache=mode)(x), fn(x)
         assert got.shape == expected.shape and got.dtype == expected.dtype
+        assert got.stride() == expected.stride()
         torch.testing.assert_close(got, expected, equal_nan=True)
 
 

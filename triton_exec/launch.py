@@ -278,10 +278,13 @@ def launcher_source(name: str, lowered: Lowered, args: list, config: LaunchConfi
 
 def _allocation(shape: tuple, size, constant: bool) -> tuple[str, str]:
     """Source of a contiguous output's shape and strides (`size(s)`: a size's source); strides
-    folded when the sizes are constants."""
+    folded when the sizes are constants. An empty dim counts as 1 in the strides, as torch's
+    contiguous strides count it ([3, 0, 4]: (4, 4, 1)); a runtime size is never 0 (sizes 0 and
+    1 are specialized)."""
     sizes = [size(s) for s in shape]
+    factors = ["1" if s == "0" else s for s in sizes]
     comma = "," if len(sizes) == 1 else ""
-    stride = "(" + ", ".join(product(sizes[d + 1:]) for d in range(len(sizes))) + comma + ")"
+    stride = "(" + ", ".join(product(factors[d + 1:]) for d in range(len(sizes))) + comma + ")"
     return "(" + ", ".join(sizes) + comma + ")", str(eval(stride)) if constant else stride
 
 
