@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import ir
 import triton_exec
 from triton_exec import launch
+from perf_modules import perf_module
 from semantics import assert_bits_equal
 from test_copy_kernels import partition, reverse
 
@@ -146,8 +147,7 @@ def test_the_tf_same_pad_costs_less_than_the_hand_written_kernel(dtype):
     512 elements per thread), more bytes per warp-instruction than the hand-written kernel at
     the same tile, with the input's aligned rows loaded 16 bytes (bf16 was 0.58x the
     hand-written kernel: every tile converted between the loads' and the stores' layouts)."""
-    from test_static_cost import load
-    static_cost = load()
+    static_cost = perf_module("static_cost")
     case = static_cost.Case("pad", static_cost.pad_same, (torch.empty(4, 96, 56, 56, dtype=dtype),),
                             hand=static_cost._pad_same_hand)
     ours, _, hand = static_cost.measure(case)
